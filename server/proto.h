@@ -1,0 +1,65 @@
+/*
+ * proto.h -- what every client protocol parser shares.
+ *
+ * A parser is a pure function of (connection context, input buffer): it
+ * consumes whole requests from `in`, executes them against the store and
+ * appends replies to `out`. It never touches sockets or the event loop, so
+ * the same code serves TCP, unix sockets, unit tests and fuzz targets.
+ *
+ *   proto_text.h  text and meta commands (lines ending in \n)
+ *   proto_bin.h   the binary protocol (requests start with magic 0x80)
+ *
+ * The connection layer picks the parser from the first byte a client sends
+ * and calls it again whenever more bytes arrive.
+ */
+#ifndef PROTO_H
+#define PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/buffer.h>
+
+#include "stats.h"
+#include "store.h"
+
+/* Results of a parser's execute call. */
+enum proto_rc {
+    PROTO_OK = 0,        /* consumed what it could; call again on more bytes */
+    PROTO_CLOSE = -1,    /* send what is in `out`, then close */
+    PROTO_SHUTDOWN = -2, /* send `out`; the client asked for shutdown */
+};
+
+/* Settings the parsers need; owned by the daemon, read-only for parsers. */
+typedef struct proto_config {
+    size_t item_size_max;  /* -I */
+    bool sasl;             /* -S: binary SASL PLAIN required */
+    const char *sasl_user; /* credentials for SASL PLAIN */
+    const char *sasl_pass;
+    bool flush_enabled;    /* -F disables flush_all */
+    bool shutdown_enabled; /* -A enables shutdown */
+    bool cas_enabled;      /* -C disables cas */
+    size_t max_line;       /* longest text request line accepted */
+    const char *version;   /* the version string */
+} proto_config;
+
+/*
+ * Per-connection state shared by all parsers. Each parser keeps its own
+ * private state behind its pointer, allocates it on first use and frees it
+ * in proto_ctx_cleanup().
+ */
+typedef struct proto_ctx {
+    store *store;
+    const proto_config *cfg;
+    stats_thread *stats;   /* this worker thread's counters */
+    int verbose;           /* -v level */
+    bool authenticated;    /* SASL done, or not required */
+    void *text;            /* proto_text's private state */
+    void *bin;             /* proto_bin's private state */
+} proto_ctx;
+
+/* Frees the parsers' private state (not the ctx itself). */
+void proto_ctx_cleanup(proto_ctx *ctx);
+
+#endif /* PROTO_H */

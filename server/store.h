@@ -1,0 +1,297 @@
+/*
+ * store.h -- the versioned mutation store.
+ *
+ * Every key's current state is one immutable mutation: a random 128-bit id,
+ * a hybrid-clock version (ticks, node), a kind (value, tombstone, flush), the
+ * client flags, an absolute expiry and the value. The store keeps
+ *   - the key table (key -> current mutation), under striped locks;
+ *   - the journal (mutation id -> current mutation), the set that nodes
+ *     reconcile: exactly the ids of the current mutation of every key held,
+ *     tombstones included until swept;
+ *   - the materialized R-IBLT sketch of that set.
+ *
+ * All writes, from clients and from peers, end in one internal function that
+ * compares versions (last writer wins: a mutation replaces the current one
+ * only with a strictly greater version), swaps the key's entry and updates
+ * journal and sketch together. That is the only place versions are compared
+ * and the only place the sketch changes.
+ *
+ * Items handed out by the store are reference counted and immutable: a
+ * caller holding a reference may read key and value without any lock, for as
+ * long as it holds the reference (store_item_release drops it).
+ *
+ * This header is the store's whole public interface; replication/ uses it
+ * and nothing else of server/.
+ */
+#ifndef STORE_H
+#define STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "riblt.h"
+
+/* Return codes of store operations (>= 0 outcomes, < 0 errors). */
+enum store_rc {
+    STORE_OK = 0,          /* done (get hit, apply accepted, flush done) */
+    STORE_STORED = 1,      /* write stored */
+    STORE_NOT_STORED = 2,  /* add on existing key, replace/append on missing */
+    STORE_EXISTS = 3,      /* cas mismatch */
+    STORE_NOT_FOUND = 4,   /* missing key (cas, delete, incr, touch, get) */
+    STORE_DELETED = 5,     /* delete done */
+    STORE_NON_NUMERIC = 6, /* incr/decr on a value that is not a number */
+    STORE_STALE = 7,       /* apply: version not greater, mutation dropped */
+    STORE_ERR_NOMEM = -1,  /* memory limit reached and nothing evictable */
+    STORE_ERR_TOO_LARGE = -2, /* item larger than item_size_max */
+    STORE_ERR_INVAL = -3,  /* malformed mutation or argument */
+};
+
+const char *store_strerror(int rc);
+
+/* A version: compare ticks, then node. Larger wins. */
+typedef struct store_version {
+    uint64_t ticks; /* hybrid clock: nanoseconds since the epoch, or more */
+    uint32_t node;  /* node id of the writer */
+} store_version;
+
+/* Returns <0, 0, >0 as a is older than, equal to, newer than b. */
+int store_version_cmp(const store_version *a, const store_version *b);
+
+enum store_kind {
+    STORE_KIND_VALUE = 0,     /* a live value */
+    STORE_KIND_TOMBSTONE = 1, /* delete or eviction; swept after the grace */
+    STORE_KIND_FLUSH = 2,     /* flush_all: invalidates every item whose
+                                 version ticks are <= flush_at, once the
+                                 wall clock reaches flush_at; lives under the
+                                 reserved empty key */
+};
+
+/*
+ * A mutation as it travels between nodes (and as store_apply takes it).
+ * Pointers are borrowed for the call only; the store copies what it keeps.
+ */
+typedef struct store_mutation {
+    riblt_id id;
+    store_version version;
+    uint8_t kind;         /* enum store_kind */
+    uint32_t flags;       /* client flags */
+    int64_t exptime;      /* absolute unix seconds; 0 = never */
+    uint64_t flush_at;    /* STORE_KIND_FLUSH: ticks (ns) it takes effect */
+    const char *key;
+    size_t nkey;          /* 1..250; 0 only for STORE_KIND_FLUSH */
+    const char *value;
+    size_t nvalue;
+} store_mutation;
+
+/* --------------------------------------------------------------- setup */
+
+typedef struct store store;
+
+/* Returns the wall clock in nanoseconds since the Unix epoch. */
+typedef uint64_t (*store_clock_fn)(void *arg);
+
+typedef struct store_options {
+    uint32_t node_id;          /* this node's id in versions (non-zero) */
+    size_t memory_limit;       /* bytes for items (-m); 0 = unlimited */
+    size_t item_size_max;      /* largest key+value+overhead (-I) */
+    uint32_t tombstone_grace;  /* seconds a tombstone (and an expired item)
+                                  stays in the set before it is swept */
+    size_t sketch_symbols;     /* materialized sketch length (default 8192) */
+    unsigned hash_power;       /* initial key table size 2^hash_power */
+    store_clock_fn clock;      /* NULL = CLOCK_REALTIME */
+    void *clock_arg;
+} store_options;
+
+/* Fills o with the defaults (64 MB, 1 MB items, 3600 s grace, 8192). */
+void store_options_default(store_options *o);
+
+/* Creates a store, or returns NULL with *err set to a STORE_ERR_*. */
+store *store_create(const store_options *o, int *err);
+void store_destroy(store *s);
+
+/*
+ * Called after every change of a key's current mutation (local writes,
+ * peer applies, evictions, sweeps are not reported), outside the key lock,
+ * with a referenced item the listener may keep (it must release it).
+ * origin_local is true for writes accepted from clients on this node. One
+ * listener; set it before serving.
+ */
+typedef struct store_item store_item;
+typedef void (*store_listener_fn)(void *arg, store_item *it,
+                                  bool origin_local);
+void store_set_listener(store *s, store_listener_fn fn, void *arg);
+
+/* ----------------------------------------------------------- items */
+
+/* Drops a reference taken by any function returning store_item *. */
+void store_item_release(store_item *it);
+/* Takes one more reference. */
+void store_item_ref(store_item *it);
+
+const char *store_item_key(const store_item *it, size_t *nkey);
+const char *store_item_value(const store_item *it, size_t *nvalue);
+uint32_t store_item_flags(const store_item *it);
+int64_t store_item_exptime(const store_item *it); /* absolute, 0 = never */
+uint64_t store_item_cas(const store_item *it);    /* derived from the id */
+uint8_t store_item_kind(const store_item *it);
+/* Seconds since the last access on this node (for meta 'l'/'h'/'t'). */
+int64_t store_item_last_access(const store_item *it);
+bool store_item_fetched(const store_item *it);
+/* The item as a mutation (pointers valid while the reference is held). */
+void store_item_mutation(const store_item *it, store_mutation *out);
+
+/* --------------------------------------------------- client operations */
+
+/*
+ * Converts a memcached exptime (0 = never; <= 30 days: relative seconds;
+ * otherwise unix time; negative: already expired) into absolute unix
+ * seconds at this node's clock. Already-expired values map to -1.
+ */
+int64_t store_exptime_abs(store *s, int64_t exptime);
+
+enum store_set_mode {
+    STORE_SET = 0,
+    STORE_ADD,
+    STORE_REPLACE,
+    STORE_APPEND,
+    STORE_PREPEND,
+    STORE_CAS,
+};
+
+typedef struct store_write {
+    enum store_set_mode mode;
+    const char *key;
+    size_t nkey;
+    const char *value;
+    size_t nvalue;
+    uint32_t flags;
+    int64_t exptime;   /* absolute (store_exptime_abs); -1 = expired */
+    uint64_t cas;      /* STORE_CAS: expected cas; other modes: if non-zero,
+                          the write also requires this cas (binary/meta) */
+} store_write;
+
+/*
+ * Performs a storage command atomically for the key and, when it stores,
+ * creates a new mutation. Returns STORE_STORED, STORE_NOT_STORED,
+ * STORE_EXISTS, STORE_NOT_FOUND, or an error. *cas_out (may be NULL) gets the
+ * new item's cas.
+ */
+int store_write_item(store *s, const store_write *w, uint64_t *cas_out);
+
+/*
+ * Looks a live key up. Returns a referenced item or NULL (missing,
+ * tombstone, expired, flushed). Counts get_hits/get_misses unless
+ * the caller is a peer read (not done here).
+ */
+store_item *store_get(store *s, const char *key, size_t nkey);
+
+/*
+ * get-and-touch: like store_get, and when the key is live, replaces it by a
+ * new mutation carrying exptime (absolute). Returns the new item.
+ */
+store_item *store_gat(store *s, const char *key, size_t nkey,
+                      int64_t exptime);
+
+/* Sets a live key's expiry (new mutation). STORE_OK or STORE_NOT_FOUND. */
+int store_touch(store *s, const char *key, size_t nkey, int64_t exptime);
+
+/*
+ * Deletes a live key by writing a tombstone. cas 0 = unconditional.
+ * STORE_DELETED, STORE_NOT_FOUND, STORE_EXISTS.
+ */
+int store_delete(store *s, const char *key, size_t nkey, uint64_t cas);
+
+typedef struct store_arith_req {
+    const char *key;
+    size_t nkey;
+    bool incr;
+    uint64_t delta;
+    uint64_t cas;          /* non-zero: require this cas */
+    bool vivify;           /* create the key with `initial` when missing */
+    uint64_t initial;
+    int64_t exptime;       /* absolute, for a vivified item */
+} store_arith_req;
+
+/*
+ * incr/decr: 64-bit unsigned, incr wraps, decr stops at 0, as memcached.
+ * Returns STORE_OK with *value and *cas_out set (and STORE_STORED when
+ * vivified), STORE_NOT_FOUND, STORE_NON_NUMERIC, STORE_EXISTS.
+ */
+int store_arith(store *s, const store_arith_req *r, uint64_t *value,
+                uint64_t *cas_out);
+
+/*
+ * flush_all: writes a flush mutation that invalidates every item whose
+ * version is older than `delay` seconds from now, at that time.
+ */
+int store_flush_all(store *s, uint32_t delay);
+
+/* ------------------------------------------------------- replication */
+
+/*
+ * Applies a mutation from a peer through the same version comparison and
+ * journal/sketch update as local writes. STORE_OK when it became the key's
+ * current mutation, STORE_STALE when a newer (or the same) version is held,
+ * or an error. Advances this node's hybrid clock past m->version.
+ */
+int store_apply(store *s, const store_mutation *m);
+
+/* Returns a referenced item holding the mutation with this id, or NULL. */
+store_item *store_fetch(store *s, const riblt_id *id);
+
+/* 1 if the journal holds this mutation id. */
+bool store_has(store *s, const riblt_id *id);
+
+/* Number of symbols in the materialized sketch. */
+size_t store_sketch_symbols(const store *s);
+
+/*
+ * Copies n sketch symbols from offset: a consistent slice (taken under the
+ * sketch lock). *set_size gets coded symbol 0's count (journal size).
+ */
+int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
+                      int64_t *set_size);
+
+/*
+ * Calls fn for every mutation id in the journal, in no order, under a
+ * snapshot taken atomically (ids only). Returns the number of ids.
+ */
+typedef void (*store_id_fn)(void *arg, const riblt_id *id);
+size_t store_journal_ids(store *s, store_id_fn fn, void *arg);
+
+/* ------------------------------------------------------- maintenance */
+
+/*
+ * Sweeps up to budget entries: tombstones and expired/flushed items past the
+ * grace leave the key table, journal and sketch. Returns how many went.
+ */
+size_t store_sweep(store *s, size_t budget);
+
+/* ------------------------------------------------------------- stats */
+
+typedef struct store_stats {
+    uint64_t curr_items;      /* live values (not tombstones, not flush) */
+    uint64_t total_items;     /* values stored since start */
+    uint64_t bytes;           /* bytes of live items */
+    uint64_t limit_maxbytes;
+    uint64_t evictions;
+    uint64_t expired_unfetched;
+    uint64_t evicted_unfetched;
+    uint64_t reclaimed;
+    uint64_t mutations;       /* journal size = sketch symbol 0 count */
+    uint64_t tombstones;
+    uint64_t applied_remote;  /* peer mutations accepted */
+    uint64_t stale_remote;    /* peer mutations dropped as older */
+    uint64_t swept;
+    uint64_t hash_power_level;
+    uint64_t sketch_symbols;
+    uint64_t clock_ticks;     /* last hybrid clock value */
+} store_stats;
+
+void store_get_stats(store *s, store_stats *out);
+
+/* The current hybrid clock reading as a version of this node (for tests). */
+store_version store_clock_now(store *s);
+
+#endif /* STORE_H */

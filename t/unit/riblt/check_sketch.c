@@ -1,0 +1,160 @@
+/*
+ * check_sketch.c -- the materialized sketch: equal to the encoder's prefix,
+ * reversible updates, subtraction and decoding.
+ */
+#include <check.h>
+#include <stdlib.h>
+
+#include "riblt.h"
+#include "testutil.h"
+
+START_TEST(test_sketch_equals_encoder_prefix)
+{
+    enum { S = 1024, N = 5000 };
+    uint64_t seed = 42;
+    riblt_sketch *sk = riblt_sketch_create(S);
+    riblt_encoder *enc = riblt_encoder_create(N);
+    for (int i = 0; i < N; i++) {
+        riblt_id id = tu_id(&seed);
+        riblt_sketch_add(sk, &id);
+        riblt_encoder_add(enc, &id);
+    }
+    riblt_symbol *prefix = malloc(S * sizeof(*prefix));
+    ck_assert_int_eq(riblt_encoder_produce(enc, prefix, S), RIBLT_OK);
+    ck_assert_int_eq(
+        memcmp(prefix, riblt_sketch_cells(sk), S * sizeof(*prefix)), 0);
+    ck_assert_int_eq(riblt_sketch_count(sk), N);
+    free(prefix);
+    riblt_sketch_destroy(sk);
+    riblt_encoder_destroy(enc);
+}
+END_TEST
+
+START_TEST(test_add_then_remove_is_zero)
+{
+    enum { S = 2048, N = 3000 };
+    uint64_t seed = 9, again = 9;
+    riblt_sketch *sk = riblt_sketch_create(S);
+    for (int i = 0; i < N; i++) {
+        riblt_id id = tu_id(&seed);
+        riblt_sketch_add(sk, &id);
+    }
+    ck_assert_int_eq(riblt_sketch_count(sk), N);
+    for (int i = 0; i < N; i++) {
+        riblt_id id = tu_id(&again);
+        riblt_sketch_remove_hashed(sk, &id, riblt_hash(&id));
+    }
+    for (size_t i = 0; i < S; i++)
+        TU_REQUIRE(riblt_symbol_is_zero(&riblt_sketch_cells(sk)[i]));
+    riblt_sketch_destroy(sk);
+}
+END_TEST
+
+/* Builds sketches of A = common + a_only and B = common + b_only. */
+static void two_sketches(size_t s, size_t na, size_t nb, size_t nc,
+                         riblt_sketch **a, riblt_sketch **b, riblt_id *a_only,
+                         riblt_id *b_only)
+{
+    uint64_t seed = 1000 + na * 31 + nb;
+    *a = riblt_sketch_create(s);
+    *b = riblt_sketch_create(s);
+    for (size_t i = 0; i < nc; i++) {
+        riblt_id id = tu_id(&seed);
+        riblt_sketch_add(*a, &id);
+        riblt_sketch_add(*b, &id);
+    }
+    for (size_t i = 0; i < na; i++) {
+        a_only[i] = tu_id(&seed);
+        riblt_sketch_add(*a, &a_only[i]);
+    }
+    for (size_t i = 0; i < nb; i++) {
+        b_only[i] = tu_id(&seed);
+        riblt_sketch_add(*b, &b_only[i]);
+    }
+}
+
+START_TEST(test_subtract_decodes_difference)
+{
+    enum { S = 1024, NA = 60, NB = 40 };
+    riblt_id a_only[NA], b_only[NB];
+    riblt_sketch *a, *b;
+    two_sketches(S, NA, NB, 20000, &a, &b, a_only, b_only);
+    ck_assert_int_eq(riblt_sketch_subtract(a, b), RIBLT_OK);
+    ck_assert_int_eq(riblt_sketch_count(a), NA - NB);
+    riblt_decoder *dec = riblt_decoder_create(S);
+    ck_assert_int_eq(riblt_sketch_decode(a, dec), RIBLT_OK);
+    size_t nr, nl;
+    riblt_id r[NA], l[NB];
+    memcpy(r, riblt_decoder_remote(dec, &nr), sizeof(r));
+    ck_assert_uint_eq(nr, NA);
+    memcpy(l, riblt_decoder_local(dec, &nl), sizeof(l));
+    ck_assert_uint_eq(nl, NB);
+    ck_assert(tu_same_set(r, NA, a_only, NA));
+    ck_assert(tu_same_set(l, NB, b_only, NB));
+    riblt_decoder_destroy(dec);
+    riblt_sketch_destroy(a);
+    riblt_sketch_destroy(b);
+}
+END_TEST
+
+START_TEST(test_too_short_sketch)
+{
+    enum { S = 256, NA = 500, NB = 500 };
+    riblt_id *a_only = malloc(NA * sizeof(riblt_id));
+    riblt_id *b_only = malloc(NB * sizeof(riblt_id));
+    riblt_sketch *a, *b;
+    two_sketches(S, NA, NB, 1000, &a, &b, a_only, b_only);
+    riblt_sketch_subtract(a, b);
+    riblt_decoder *dec = riblt_decoder_create(S);
+    ck_assert_int_eq(riblt_sketch_decode(a, dec), RIBLT_ERR_SHORT);
+    riblt_decoder_destroy(dec);
+    riblt_sketch_destroy(a);
+    riblt_sketch_destroy(b);
+    free(a_only);
+    free(b_only);
+}
+END_TEST
+
+START_TEST(test_sketch_bounds)
+{
+    riblt_sketch *a = riblt_sketch_create(16);
+    riblt_sketch *b = riblt_sketch_create(32);
+    riblt_symbol out[4];
+    ck_assert_ptr_null(riblt_sketch_create(0));
+    ck_assert_int_eq(riblt_sketch_subtract(a, b), RIBLT_ERR_INVAL);
+    ck_assert_int_eq(riblt_sketch_read(a, 12, out, 4), RIBLT_OK);
+    ck_assert_int_eq(riblt_sketch_read(a, 13, out, 4), RIBLT_ERR_INVAL);
+    ck_assert_int_eq(riblt_sketch_read(a, 17, out, 0), RIBLT_ERR_INVAL);
+    ck_assert_int_eq(riblt_sketch_read(a, SIZE_MAX, out, 2), RIBLT_ERR_INVAL);
+    uint64_t seed = 3;
+    riblt_id id = tu_id(&seed);
+    riblt_sketch_add(a, &id);
+    ck_assert_int_eq(riblt_sketch_count(a), 1);
+    riblt_sketch_clear(a);
+    ck_assert_int_eq(riblt_sketch_count(a), 0);
+    riblt_sketch_destroy(a);
+    riblt_sketch_destroy(b);
+}
+END_TEST
+
+static Suite *sketch_suite(void)
+{
+    Suite *s = suite_create("riblt_sketch");
+    TCase *tc = tcase_create("sketch");
+    tcase_add_test(tc, test_sketch_equals_encoder_prefix);
+    tcase_add_test(tc, test_add_then_remove_is_zero);
+    tcase_add_test(tc, test_subtract_decodes_difference);
+    tcase_add_test(tc, test_too_short_sketch);
+    tcase_add_test(tc, test_sketch_bounds);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(sketch_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
