@@ -1,0 +1,507 @@
+/*
+ * conn.c -- the connection state machine (see conn.h).
+ *
+ * Sockets are driven with raw events and evbuffers rather than
+ * bufferevents: one readv per chunk straight into the input buffer's free
+ * space, the parser appends replies (values by reference) to the output
+ * buffer, and the batch leaves in one writev. Nothing is allocated per
+ * request by this layer; connection structures are recycled.
+ */
+#include "conn.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/event_struct.h>
+
+#include "options.h"
+#include "proto_bin.h"
+#include "proto_text.h"
+#include "stats_registry.h"
+
+/* Bytes asked of the kernel per read. */
+#define CONN_READ_CHUNK 16384
+/* Seconds a closing connection may wait for its peer to take the replies. */
+#define CONN_CLOSE_GRACE 5
+
+enum conn_state {
+    CONN_WAITING = 0, /* reading requests */
+    CONN_PARSING,     /* inside a parser */
+    CONN_MWRITE,      /* replies pending, reading paused */
+    CONN_CLOSING,     /* flushing, then close */
+};
+
+static const char *const state_names[] = {"conn_waiting", "conn_parse_cmd",
+                                          "conn_mwrite", "conn_closing"};
+
+enum conn_parser {
+    PARSER_UNKNOWN = 0,
+    PARSER_TEXT,
+    PARSER_BIN,
+};
+
+struct conn {
+    int fd;
+    uint8_t state;  /* enum conn_state; read by stats conns */
+    uint8_t parser; /* enum conn_parser */
+    bool reading;   /* rev is added */
+    bool writing;   /* wev is added */
+    uint32_t last_active;
+    uint32_t closing_since;
+    conn_env *env;
+    struct evbuffer *in;
+    struct evbuffer *out;
+    struct event rev;
+    struct event wev;
+    proto_ctx ctx;
+    conn *prev;
+    conn *next;
+    socklen_t peerlen;
+    struct sockaddr_storage peer;
+};
+
+uint32_t conn_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint32_t)ts.tv_sec;
+}
+
+static void set_state(conn *c, enum conn_state s)
+{
+    __atomic_store_n(&c->state, (uint8_t)s, __ATOMIC_RELAXED);
+}
+
+/* Stamps activity; `stats conns` reads the stamp from other threads. */
+static void touch(conn *c)
+{
+    __atomic_store_n(&c->last_active, conn_now(), __ATOMIC_RELAXED);
+}
+
+int conn_env_init(conn_env *env)
+{
+    pthread_mutex_init(&env->lock, NULL);
+    env->head = NULL;
+    env->free_list = NULL;
+    env->nconns = 0;
+    env->conn_yields = 0;
+    env->idle_kicks = 0;
+    return CONN_OK;
+}
+
+static void read_cb(evutil_socket_t fd, short what, void *arg);
+static void write_cb(evutil_socket_t fd, short what, void *arg);
+
+/* Releases everything the connection holds and recycles the structure. */
+static void conn_close(conn *c)
+{
+    conn_env *env = c->env;
+
+    pthread_mutex_lock(&env->lock);
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        env->head = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    env->nconns--;
+    pthread_mutex_unlock(&env->lock);
+
+    event_del(&c->rev);
+    event_del(&c->wev);
+    if (env->verbose > 1) {
+        fprintf(stderr, "<%d connection closed.\n", c->fd);
+    }
+    close(c->fd);
+    c->fd = -1;
+    /* Draining runs the reference cleanups: item references go back. */
+    evbuffer_drain(c->in, evbuffer_get_length(c->in));
+    evbuffer_drain(c->out, evbuffer_get_length(c->out));
+    proto_ctx_cleanup(&c->ctx);
+    c->next = env->free_list;
+    env->free_list = c;
+    STATS_CONN_SUB(curr_connections, 1);
+}
+
+static void conn_free(conn *c)
+{
+    evbuffer_free(c->in);
+    evbuffer_free(c->out);
+    free(c);
+    STATS_CONN_SUB(connection_structures, 1);
+}
+
+static conn *conn_alloc(conn_env *env)
+{
+    conn *c = env->free_list;
+    if (c != NULL) {
+        env->free_list = c->next;
+        return c;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return NULL;
+    }
+    c->in = evbuffer_new();
+    c->out = evbuffer_new();
+    if (c->in == NULL || c->out == NULL) {
+        if (c->in != NULL) {
+            evbuffer_free(c->in);
+        }
+        if (c->out != NULL) {
+            evbuffer_free(c->out);
+        }
+        free(c);
+        return NULL;
+    }
+    STATS_CONN_ADD(connection_structures, 1);
+    return c;
+}
+
+int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
+              socklen_t salen)
+{
+    conn *c = conn_alloc(env);
+    if (c == NULL) {
+        close(fd);
+        STATS_CONN_SUB(curr_connections, 1);
+        return CONN_ERR_NOMEM;
+    }
+    c->fd = fd;
+    c->env = env;
+    c->parser = PARSER_UNKNOWN;
+    if (env->proto_mode == OPTIONS_PROTO_ASCII) {
+        c->parser = PARSER_TEXT;
+    } else if (env->proto_mode == OPTIONS_PROTO_BINARY) {
+        c->parser = PARSER_BIN;
+    }
+    c->reading = false;
+    c->writing = false;
+    touch(c);
+    c->closing_since = 0;
+    c->peerlen = 0;
+    if (sa != NULL && salen <= sizeof(c->peer)) {
+        memcpy(&c->peer, sa, salen);
+        c->peerlen = salen;
+    }
+    memset(&c->ctx, 0, sizeof(c->ctx));
+    c->ctx.store = env->store;
+    c->ctx.cfg = env->pcfg;
+    c->ctx.stats = env->stats;
+    c->ctx.verbose = env->verbose;
+    c->ctx.authenticated = !env->pcfg->sasl;
+    set_state(c, CONN_WAITING);
+
+    if (event_assign(&c->rev, env->base, fd, EV_READ | EV_PERSIST, read_cb,
+                     c) != 0 ||
+        event_assign(&c->wev, env->base, fd, EV_WRITE | EV_PERSIST, write_cb,
+                     c) != 0 ||
+        event_add(&c->rev, NULL) != 0) {
+        close(fd);
+        c->next = env->free_list;
+        env->free_list = c;
+        STATS_CONN_SUB(curr_connections, 1);
+        return CONN_ERR_EVENT;
+    }
+    c->reading = true;
+
+    pthread_mutex_lock(&env->lock);
+    c->prev = NULL;
+    c->next = env->head;
+    if (env->head != NULL) {
+        env->head->prev = c;
+    }
+    env->head = c;
+    env->nconns++;
+    pthread_mutex_unlock(&env->lock);
+    if (env->verbose > 1) {
+        fprintf(stderr, "<%d new client connection\n", fd);
+    }
+    return CONN_OK;
+}
+
+/*
+ * Reads at most `want` bytes into the free space of c->in with one readv.
+ * Returns the byte count, 0 on end of input, -1 with errno on error.
+ */
+static ssize_t read_chunk(conn *c, size_t want)
+{
+    struct evbuffer_iovec v[2];
+    struct iovec iov[2];
+    int n = evbuffer_reserve_space(c->in, (ev_ssize_t)want, v, 2);
+    if (n <= 0) {
+        errno = ENOMEM;
+        return -1;
+    }
+    size_t room = 0;
+    for (int i = 0; i < n; i++) {
+        iov[i].iov_base = v[i].iov_base;
+        iov[i].iov_len = v[i].iov_len;
+        room += v[i].iov_len;
+    }
+    ssize_t r;
+    do {
+        r = readv(c->fd, iov, n);
+    } while (r < 0 && errno == EINTR);
+    if (r <= 0) {
+        int saved = errno;
+        evbuffer_commit_space(c->in, NULL, 0);
+        errno = saved;
+        return r;
+    }
+    size_t left = (size_t)r;
+    int used = 0;
+    for (int i = 0; i < n && left > 0; i++) {
+        if (v[i].iov_len > left) {
+            v[i].iov_len = left;
+        }
+        left -= v[i].iov_len;
+        used++;
+    }
+    evbuffer_commit_space(c->in, v, used);
+    (void)room;
+    return r;
+}
+
+/* Runs the connection's parser over c->in. Returns a PROTO_* code. */
+static int run_parser(conn *c)
+{
+    if (evbuffer_get_length(c->in) == 0) {
+        return PROTO_OK;
+    }
+    if (c->parser == PARSER_UNKNOWN) {
+        unsigned char first = 0;
+        evbuffer_copyout(c->in, &first, 1);
+        c->parser = first == 0x80 ? PARSER_BIN : PARSER_TEXT;
+    }
+    set_state(c, CONN_PARSING);
+    int rc = c->parser == PARSER_BIN
+                 ? proto_bin_execute(&c->ctx, c->in, c->out)
+                 : proto_text_execute(&c->ctx, c->in, c->out);
+    set_state(c, CONN_WAITING);
+    return rc;
+}
+
+static void stop_reading(conn *c)
+{
+    if (c->reading) {
+        event_del(&c->rev);
+        c->reading = false;
+    }
+}
+
+static void start_closing(conn *c)
+{
+    stop_reading(c);
+    if (c->closing_since == 0) {
+        c->closing_since = conn_now();
+        if (c->closing_since == 0) {
+            c->closing_since = 1;
+        }
+    }
+    set_state(c, CONN_CLOSING);
+}
+
+/*
+ * Writes as much of c->out as the socket takes, then arranges what comes
+ * next: wait for writability, pause or resume reading, or close. Returns
+ * false when the connection was closed.
+ */
+static bool flush_out(conn *c)
+{
+    size_t total = 0;
+    while (evbuffer_get_length(c->out) > 0) {
+        int n = evbuffer_write(c->out, c->fd);
+        if (n > 0) {
+            total += (size_t)n;
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            break;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        /* The peer is gone; replies cannot be delivered. */
+        if (total > 0) {
+            STATS_ADD(c->env->stats, bytes_written, total);
+        }
+        conn_close(c);
+        return false;
+    }
+    if (total > 0) {
+        STATS_ADD(c->env->stats, bytes_written, total);
+        touch(c);
+    }
+
+    size_t pending = evbuffer_get_length(c->out);
+    bool closing = c->closing_since != 0;
+    if (pending == 0) {
+        if (c->writing) {
+            event_del(&c->wev);
+            c->writing = false;
+        }
+        if (closing) {
+            conn_close(c);
+            return false;
+        }
+    } else if (!c->writing) {
+        if (event_add(&c->wev, NULL) != 0) {
+            conn_close(c);
+            return false;
+        }
+        c->writing = true;
+    }
+    if (closing) {
+        return true;
+    }
+    if (pending > c->env->output_max) {
+        stop_reading(c);
+        set_state(c, CONN_MWRITE);
+    } else if (!c->reading && pending <= c->env->output_max / 2) {
+        if (event_add(&c->rev, NULL) != 0) {
+            conn_close(c);
+            return false;
+        }
+        c->reading = true;
+        set_state(c, CONN_WAITING);
+        /* A parser may have left complete requests behind while the
+         * output was full: let the read callback run it again. */
+        if (evbuffer_get_length(c->in) > 0) {
+            event_active(&c->rev, EV_READ, 0);
+        }
+    }
+    return true;
+}
+
+static void read_cb(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+    conn_env *env = c->env;
+    size_t got = 0;
+    bool eof = false;
+    unsigned reads = 0;
+
+    (void)fd;
+    (void)what;
+    while (reads < env->reqs_per_event) {
+        ssize_t r = read_chunk(c, CONN_READ_CHUNK);
+        if (r > 0) {
+            got += (size_t)r;
+            reads++;
+            if ((size_t)r < CONN_READ_CHUNK) {
+                break;
+            }
+            continue;
+        }
+        if (r == 0) {
+            eof = true;
+            break;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            break;
+        }
+        /* ECONNRESET and friends: nothing more can be delivered. */
+        if (got > 0) {
+            STATS_ADD(env->stats, bytes_read, got);
+        }
+        conn_close(c);
+        return;
+    }
+    if (reads == env->reqs_per_event) {
+        __atomic_fetch_add(&env->conn_yields, 1, __ATOMIC_RELAXED);
+    }
+    if (got > 0) {
+        STATS_ADD(env->stats, bytes_read, got);
+        touch(c);
+    }
+
+    int rc = run_parser(c);
+    if (rc == PROTO_SHUTDOWN) {
+        if (env->request_shutdown != NULL) {
+            env->request_shutdown(env->shutdown_arg);
+        }
+        start_closing(c);
+    } else if (rc != PROTO_OK || eof) {
+        start_closing(c);
+    } else if (evbuffer_get_length(c->in) > env->input_max) {
+        /* A parser bounds what it buffers; this only guards the daemon
+         * against a request that no parser would ever complete. */
+        start_closing(c);
+    }
+    flush_out(c);
+}
+
+static void write_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    flush_out(arg);
+}
+
+void conn_env_tick(conn_env *env, uint32_t now)
+{
+    conn *c = env->head;
+    while (c != NULL) {
+        conn *next = c->next;
+        if (c->closing_since != 0) {
+            if (now - c->closing_since > CONN_CLOSE_GRACE) {
+                conn_close(c);
+            }
+        } else if (env->idle_timeout != 0 &&
+                   now - c->last_active > env->idle_timeout) {
+            __atomic_fetch_add(&env->idle_kicks, 1, __ATOMIC_RELAXED);
+            if (env->verbose > 1) {
+                fprintf(stderr, "<%d idle timeout\n", c->fd);
+            }
+            conn_close(c);
+        }
+        c = next;
+    }
+}
+
+void conn_env_destroy(conn_env *env)
+{
+    while (env->head != NULL) {
+        conn *c = env->head;
+        /* One last try to hand over pending replies (e.g. to the client
+         * that asked for shutdown); the socket is non-blocking. */
+        if (evbuffer_get_length(c->out) > 0) {
+            evbuffer_write(c->out, c->fd);
+        }
+        conn_close(c);
+    }
+    while (env->free_list != NULL) {
+        conn *c = env->free_list;
+        env->free_list = c->next;
+        conn_free(c);
+    }
+    pthread_mutex_destroy(&env->lock);
+}
+
+void conn_env_each(conn_env *env, conn_info_fn fn, void *arg)
+{
+    uint32_t now = conn_now();
+    pthread_mutex_lock(&env->lock);
+    for (conn *c = env->head; c != NULL; c = c->next) {
+        conn_info ci;
+        uint8_t st = __atomic_load_n(&c->state, __ATOMIC_RELAXED);
+        uint32_t last = __atomic_load_n(&c->last_active, __ATOMIC_RELAXED);
+        ci.fd = c->fd;
+        ci.peer = (const struct sockaddr *)&c->peer;
+        ci.peerlen = c->peerlen;
+        ci.state = state_names[st < 4 ? st : 0];
+        ci.secs_since_last_cmd = now - last;
+        fn(arg, &ci);
+    }
+    pthread_mutex_unlock(&env->lock);
+}

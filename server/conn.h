@@ -1,0 +1,106 @@
+/*
+ * conn.h -- client connections: the per-connection state machine.
+ *
+ * A connection belongs to one worker thread's event loop for its whole life
+ * and is touched only by that thread, except for the read-only fields that
+ * `stats conns` lists under the environment's lock. Reading, parsing and
+ * writing follow one cycle per read event:
+ *
+ *   waiting --readable--> read up to reqs_per_event chunks
+ *           --> parse (text or binary, chosen by the first byte)
+ *           --> one gathered write of everything the batch produced
+ *           --> waiting, or mwrite while replies are pending.
+ *
+ * Back-pressure: while more than output_max reply bytes are pending, the
+ * connection stops reading; it resumes once the pending bytes fall to half.
+ * A parser's PROTO_CLOSE (and end of input) moves it to closing: pending
+ * replies are flushed, then the socket closes.
+ */
+#ifndef CONN_H
+#define CONN_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "proto.h"
+
+enum conn_rc {
+    CONN_OK = 0,
+    CONN_ERR_NOMEM = -1,
+    CONN_ERR_EVENT = -2, /* libevent refused an event */
+};
+
+typedef struct conn conn;
+
+/*
+ * What one worker's connections share. The worker fills the settings,
+ * calls conn_env_init, and owns the environment.
+ */
+typedef struct conn_env {
+    struct event_base *base;
+    store *store;
+    const proto_config *pcfg;
+    stats_thread *stats;
+    int verbose;
+    unsigned reqs_per_event;
+    size_t output_max;
+    size_t input_max;      /* unparsed input bytes that close the conn */
+    int proto_mode;        /* enum options_proto */
+    uint32_t idle_timeout; /* seconds; 0 = never */
+    /* Asks the daemon to shut down (PROTO_SHUTDOWN); any thread. */
+    void (*request_shutdown)(void *arg);
+    void *shutdown_arg;
+
+    /* Private to conn.c from here on. */
+    pthread_mutex_t lock; /* guards the list against `stats conns` */
+    conn *head;
+    conn *free_list;
+    size_t nconns;
+    uint64_t conn_yields; /* relaxed atomics: summed by stats */
+    uint64_t idle_kicks;
+} conn_env;
+
+/* Initializes the private part of env. Returns 0. */
+int conn_env_init(conn_env *env);
+
+/* Closes every connection (a last non-blocking flush first), frees the
+ * cached structures and the lock. */
+void conn_env_destroy(conn_env *env);
+
+/*
+ * Takes over the accepted, non-blocking socket fd (peer address sa of
+ * salen bytes) and starts serving it on env's loop. On failure the socket
+ * is closed and the connection count given back. Returns 0 or CONN_ERR_*.
+ */
+int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
+              socklen_t salen);
+
+/*
+ * Once a second: closes connections idle longer than idle_timeout and
+ * connections stuck in closing (a peer that never reads). now is
+ * conn_now().
+ */
+void conn_env_tick(conn_env *env, uint32_t now);
+
+/* A coarse monotonic clock in seconds, for activity stamps. */
+uint32_t conn_now(void);
+
+/* What `stats conns` lists of one connection. */
+typedef struct conn_info {
+    int fd;
+    const struct sockaddr *peer;
+    socklen_t peerlen;
+    const char *state; /* memcached's state names: conn_waiting, ... */
+    uint32_t secs_since_last_cmd;
+} conn_info;
+
+typedef void (*conn_info_fn)(void *arg, const conn_info *ci);
+
+/* Calls fn for every open connection of env, under env's lock (fn must not
+ * call back into conn). Any thread. */
+void conn_env_each(conn_env *env, conn_info_fn fn, void *arg);
+
+#endif /* CONN_H */

@@ -1,0 +1,509 @@
+/*
+ * main.c -- ribltcached: composes the daemon out of its modules.
+ *
+ * Settings (options) -> store -> worker threads -> listening sockets on the
+ * main thread's event loop, plus the once-a-second expiry sweep and the
+ * signals. The main thread only accepts connections and hands them to the
+ * workers; it never parses a request.
+ */
+#define _GNU_SOURCE /* pipe2 */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "options.h"
+#include "proto.h"
+#include "stats_registry.h"
+#include "store.h"
+#include "worker.h"
+
+#define MAX_LISTENERS 32
+
+/* Exit status when the daemon cannot start (bind, memory, threads). */
+#define EXIT_STARTUP 1
+
+static const char *const prog = "ribltcached";
+
+typedef struct daemon_state {
+    options opts;
+    proto_config pcfg;
+    char *sasl_user;
+    char *sasl_pass;
+    store *store;
+    struct event_base *base;
+    struct evconnlistener *listeners[MAX_LISTENERS];
+    size_t nlisteners;
+    struct event *ev_term;
+    struct event *ev_int;
+    struct event *ev_tick;
+    struct event *ev_shutdown;
+    struct event *ev_relisten;
+    int shutdown_pipe[2];
+    bool unix_bound;
+    bool pid_written;
+} daemon_state;
+
+static daemon_state d = {.shutdown_pipe = {-1, -1}};
+
+static void die(int status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
+
+static void die(int status, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(status);
+}
+
+/* --------------------------------------------------------------- SASL */
+
+/*
+ * Reads the credentials for SASL PLAIN: the first line of the file that is
+ * neither blank nor a # comment, as user:password (the password may hold
+ * colons). Returns 0, or -1 with a message printed.
+ */
+static int load_sasl(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        fprintf(stderr, "%s: cannot open sasl_file %s: %s\n", prog, path,
+                strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    int rc = -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '\0' || line[0] == '#') {
+            continue;
+        }
+        char *colon = strchr(line, ':');
+        if (colon == NULL || colon == line) {
+            fprintf(stderr, "%s: sasl_file %s: expected user:password\n", prog,
+                    path);
+            break;
+        }
+        *colon = '\0';
+        d.sasl_user = strdup(line);
+        d.sasl_pass = strdup(colon + 1);
+        rc = d.sasl_user && d.sasl_pass ? 0 : -1;
+        break;
+    }
+    if (rc != 0 && d.sasl_user == NULL) {
+        fprintf(stderr, "%s: sasl_file %s holds no user:password line\n", prog,
+                path);
+    }
+    fclose(f);
+    return rc;
+}
+
+/* ---------------------------------------------------------- accepting */
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd,
+                      struct sockaddr *sa, int salen, void *arg)
+{
+    static const char too_many[] = "ERROR Too many open connections\r\n";
+    (void)l;
+    (void)arg;
+
+    uint64_t before = STATS_CONN_ADD(curr_connections, 1);
+    if (before >= d.opts.maxconns) {
+        STATS_CONN_SUB(curr_connections, 1);
+        STATS_CONN_ADD(rejected_connections, 1);
+        /* As memcached: tell the client why, then hang up. */
+        ssize_t n = send(fd, too_many, sizeof(too_many) - 1,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)n;
+        if (d.opts.verbosity > 0) {
+            fprintf(stderr, "Too many open connections\n");
+        }
+        close(fd);
+        return;
+    }
+    STATS_CONN_ADD(total_connections, 1);
+    if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    worker_dispatch(fd, sa, (socklen_t)salen);
+}
+
+static void relisten_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    for (size_t i = 0; i < d.nlisteners; i++) {
+        evconnlistener_enable(d.listeners[i]);
+    }
+}
+
+/* accept() failed (e.g. out of file descriptors): pause accepting briefly
+ * instead of spinning on a listener that stays readable. */
+static void accept_error_cb(struct evconnlistener *l, void *arg)
+{
+    int err = EVUTIL_SOCKET_ERROR();
+    (void)arg;
+    if (d.opts.verbosity > 0) {
+        fprintf(stderr, "%s: accept: %s\n", prog,
+                evutil_socket_error_to_string(err));
+    }
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        struct timeval pause = {0, 100 * 1000};
+        STATS_CONN_ADD(listen_disabled_num, 1);
+        evconnlistener_disable(l);
+        event_add(d.ev_relisten, &pause);
+    }
+}
+
+static void add_listener(struct evconnlistener *l)
+{
+    evconnlistener_set_error_cb(l, accept_error_cb);
+    d.listeners[d.nlisteners++] = l;
+    stats_registry_add_listener(evconnlistener_get_fd(l));
+}
+
+/* Binds every address of the comma-separated -l list on the TCP port. */
+static void listen_tcp(void)
+{
+    char *list = strdup(d.opts.inter);
+    char port[16];
+    char *save = NULL;
+    if (list == NULL) {
+        die(EXIT_STARTUP, "out of memory");
+    }
+    snprintf(port, sizeof(port), "%u", (unsigned)d.opts.tcpport);
+    for (char *host = strtok_r(list, ",", &save); host != NULL;
+         host = strtok_r(NULL, ",", &save)) {
+        size_t hl = strlen(host);
+        if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+            host[hl - 1] = '\0';
+            host++;
+        }
+        struct addrinfo hints = {0};
+        struct addrinfo *res = NULL;
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+        int gai = getaddrinfo(host, port, &hints, &res);
+        if (gai != 0) {
+            die(EXIT_STARTUP, "cannot resolve listen address '%s': %s", host,
+                gai_strerror(gai));
+        }
+        for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+            if (d.nlisteners == MAX_LISTENERS) {
+                die(EXIT_STARTUP, "too many listen addresses");
+            }
+            struct evconnlistener *l = evconnlistener_new_bind(
+                d.base, accept_cb, NULL,
+                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+                    LEV_OPT_CLOSE_ON_EXEC,
+                (int)d.opts.tcp_backlog, ai->ai_addr, (int)ai->ai_addrlen);
+            if (l == NULL) {
+                die(EXIT_STARTUP, "failed to listen on %s port %s: %s", host,
+                    port, strerror(errno));
+            }
+            add_listener(l);
+        }
+        freeaddrinfo(res);
+    }
+    free(list);
+}
+
+static void listen_unix(void)
+{
+    const char *path = d.opts.domain_socket;
+    struct sockaddr_un sun = {0};
+    struct stat st;
+
+    sun.sun_family = AF_UNIX;
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    /* A socket left by an earlier run is replaced; anything else is not. */
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            die(EXIT_STARTUP,
+                "unix socket path %s exists and is not a "
+                "socket",
+                path);
+        }
+        unlink(path);
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        die(EXIT_STARTUP, "socket: %s", strerror(errno));
+    }
+    mode_t old = umask((mode_t)(~d.opts.umask & 0777));
+    int rc = bind(fd, (struct sockaddr *)&sun, sizeof(sun));
+    int err = errno;
+    umask(old);
+    if (rc != 0) {
+        die(EXIT_STARTUP, "failed to bind unix socket %s: %s", path,
+            strerror(err));
+    }
+    d.unix_bound = true;
+    if (listen(fd, (int)d.opts.tcp_backlog) != 0) {
+        die(EXIT_STARTUP, "listen on %s: %s", path, strerror(errno));
+    }
+    struct evconnlistener *l = evconnlistener_new(
+        d.base, accept_cb, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+        0, fd);
+    if (l == NULL) {
+        die(EXIT_STARTUP, "cannot watch unix socket %s", path);
+    }
+    add_listener(l);
+}
+
+/* ------------------------------------------------- timers and signals */
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    store_sweep(d.store, (size_t)d.opts.sweep_budget);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    (void)arg;
+    if (d.opts.verbosity > 0) {
+        fprintf(stderr, "%s: signal %d, shutting down\n", prog, (int)sig);
+    }
+    event_base_loopbreak(d.base);
+}
+
+/* Called on a worker thread when a client sent `shutdown`. */
+static void request_shutdown(void *arg)
+{
+    (void)arg;
+    char b = 's';
+    ssize_t n = write(d.shutdown_pipe[1], &b, 1);
+    (void)n;
+}
+
+static void shutdown_cb(evutil_socket_t fd, short what, void *arg)
+{
+    char buf[16];
+    ssize_t n = read(fd, buf, sizeof(buf));
+    (void)n;
+    (void)what;
+    (void)arg;
+    if (d.opts.verbosity > 0) {
+        fprintf(stderr, "%s: shutdown requested by a client\n", prog);
+    }
+    event_base_loopbreak(d.base);
+}
+
+/* ----------------------------------------------------------- lifetime */
+
+static void write_pidfile(void)
+{
+    if (d.opts.pidfile == NULL) {
+        return;
+    }
+    FILE *f = fopen(d.opts.pidfile, "w");
+    if (f == NULL) {
+        die(EXIT_STARTUP, "cannot write pidfile %s: %s", d.opts.pidfile,
+            strerror(errno));
+    }
+    fprintf(f, "%ld\n", (long)getpid());
+    if (fclose(f) != 0) {
+        die(EXIT_STARTUP, "cannot write pidfile %s", d.opts.pidfile);
+    }
+    d.pid_written = true;
+}
+
+/* Detaches from the terminal; stderr stays open so start-up errors still
+ * reach whoever started the daemon. */
+static void daemonize(void)
+{
+    pid_t pid = fork();
+    if (pid < 0) {
+        die(EXIT_STARTUP, "fork: %s", strerror(errno));
+    }
+    if (pid > 0) {
+        _exit(0);
+    }
+    if (setsid() < 0) {
+        die(EXIT_STARTUP, "setsid: %s", strerror(errno));
+    }
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, STDIN_FILENO);
+        dup2(null, STDOUT_FILENO);
+        if (null > STDERR_FILENO) {
+            close(null);
+        }
+    }
+}
+
+static void start(void)
+{
+    int err = 0;
+    store_options so;
+
+    store_options_default(&so);
+    so.node_id = (uint32_t)d.opts.node_id;
+    so.memory_limit = (size_t)d.opts.maxbytes;
+    so.item_size_max = (size_t)d.opts.item_size_max;
+    so.tombstone_grace = (uint32_t)d.opts.tombstone_grace;
+    so.sketch_symbols = (size_t)d.opts.sketch_symbols;
+    so.hash_power = (unsigned)d.opts.hashpower_init;
+    d.store = store_create(&so, &err);
+    if (d.store == NULL) {
+        die(EXIT_STARTUP, "cannot create the store: %s", store_strerror(err));
+    }
+
+    d.pcfg.item_size_max = (size_t)d.opts.item_size_max;
+    d.pcfg.sasl = d.opts.auth_enabled_sasl;
+    d.pcfg.sasl_user = d.sasl_user;
+    d.pcfg.sasl_pass = d.sasl_pass;
+    d.pcfg.flush_enabled = d.opts.flush_enabled;
+    d.pcfg.shutdown_enabled = d.opts.shutdown_command;
+    d.pcfg.cas_enabled = d.opts.cas_enabled;
+    d.pcfg.max_line = (size_t)d.opts.max_line;
+    d.pcfg.version = RIBLTCACHE_VERSION;
+
+    stats_registry_setup(&d.opts, d.store);
+
+    d.base = event_base_new();
+    if (d.base == NULL) {
+        die(EXIT_STARTUP, "cannot create the event loop");
+    }
+    if (pipe2(d.shutdown_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        die(EXIT_STARTUP, "pipe: %s", strerror(errno));
+    }
+
+    worker_setup ws = {
+        .nthreads = (size_t)d.opts.num_threads,
+        .store = d.store,
+        .pcfg = &d.pcfg,
+        .verbose = (int)d.opts.verbosity,
+        .reqs_per_event = (unsigned)d.opts.reqs_per_event,
+        .output_max = (size_t)d.opts.output_buffer_max,
+        .input_max =
+            2 * (size_t)d.opts.item_size_max + (size_t)d.opts.max_line + 4096,
+        .proto_mode = (int)d.opts.binding_protocol,
+        .idle_timeout = (uint32_t)d.opts.idle_timeout,
+        .request_shutdown = request_shutdown,
+        .shutdown_arg = NULL,
+    };
+    int rc = worker_pool_start(&ws);
+    if (rc != 0) {
+        die(EXIT_STARTUP, "cannot start %u worker threads",
+            (unsigned)ws.nthreads);
+    }
+
+    if (d.opts.domain_socket != NULL) {
+        listen_unix();
+    } else {
+        listen_tcp();
+    }
+
+    struct timeval one = {1, 0};
+    d.ev_term = evsignal_new(d.base, SIGTERM, signal_cb, NULL);
+    d.ev_int = evsignal_new(d.base, SIGINT, signal_cb, NULL);
+    d.ev_tick = event_new(d.base, -1, EV_PERSIST, tick_cb, NULL);
+    d.ev_shutdown = event_new(d.base, d.shutdown_pipe[0], EV_READ | EV_PERSIST,
+                              shutdown_cb, NULL);
+    d.ev_relisten = evtimer_new(d.base, relisten_cb, NULL);
+    if (d.ev_term == NULL || d.ev_int == NULL || d.ev_tick == NULL ||
+        d.ev_shutdown == NULL || d.ev_relisten == NULL ||
+        event_add(d.ev_term, NULL) != 0 || event_add(d.ev_int, NULL) != 0 ||
+        event_add(d.ev_tick, &one) != 0 ||
+        event_add(d.ev_shutdown, NULL) != 0) {
+        die(EXIT_STARTUP, "cannot set up the main event loop");
+    }
+    write_pidfile();
+    if (d.opts.verbosity > 0) {
+        fprintf(stderr, "%s %s: %u threads, listening on %s\n", prog,
+                RIBLTCACHE_VERSION, (unsigned)ws.nthreads,
+                d.opts.domain_socket ? d.opts.domain_socket : d.opts.inter);
+    }
+}
+
+static void stop(void)
+{
+    /* Stop accepting first, then let every worker finish its clients. */
+    for (size_t i = 0; i < d.nlisteners; i++) {
+        evconnlistener_free(d.listeners[i]);
+    }
+    d.nlisteners = 0;
+    if (d.unix_bound) {
+        unlink(d.opts.domain_socket);
+    }
+    worker_pool_stop();
+    stats_registry_teardown();
+    event_free(d.ev_term);
+    event_free(d.ev_int);
+    event_free(d.ev_tick);
+    event_free(d.ev_shutdown);
+    event_free(d.ev_relisten);
+    event_base_free(d.base);
+    close(d.shutdown_pipe[0]);
+    close(d.shutdown_pipe[1]);
+    store_destroy(d.store);
+    if (d.pid_written) {
+        unlink(d.opts.pidfile);
+    }
+    free(d.sasl_user);
+    free(d.sasl_pass);
+    options_free(&d.opts);
+}
+
+int main(int argc, char **argv)
+{
+    char err[1024];
+    enum options_action action;
+
+    int rc =
+        options_parse_argv(&d.opts, argc, argv, &action, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "%s: %s\nTry '%s --help' for the options.\n", prog,
+                err, prog);
+        options_free(&d.opts);
+        return rc == OPTIONS_ERR_USAGE ? OPTIONS_EXIT_USAGE : EXIT_STARTUP;
+    }
+    if (action == OPTIONS_HELP) {
+        options_print_help(stdout, prog);
+        options_free(&d.opts);
+        return 0;
+    }
+    if (action == OPTIONS_VERSION) {
+        printf("%s %s\n", prog, RIBLTCACHE_VERSION);
+        options_free(&d.opts);
+        return 0;
+    }
+    if (d.opts.auth_enabled_sasl && load_sasl(d.opts.sasl_file) != 0) {
+        options_free(&d.opts);
+        return OPTIONS_EXIT_USAGE;
+    }
+
+    signal(SIGPIPE, SIG_IGN);
+    if (d.opts.daemonize) {
+        daemonize();
+    }
+    start();
+    event_base_dispatch(d.base);
+    stop();
+    return 0;
+}

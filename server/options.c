@@ -1,0 +1,755 @@
+/*
+ * options.c -- parsing and printing of the settings declared in options.h.
+ *
+ * The descriptor array below is generated from OPTIONS_TABLE; every reader
+ * (flags, config file, -o, stats settings, --help) walks it, so a setting
+ * exists in all of them or in none.
+ */
+#include "options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef struct options_desc {
+    const char *name;
+    int shortc;
+    const char *longname;
+    enum options_type type;
+    const char *defval;
+    uint64_t min;
+    uint64_t max;
+    const char *help;
+    size_t offset;
+} options_desc;
+
+static const options_desc descs[OPTIONS_COUNT] = {
+#define OPTIONS_DESC(nm, sh, lng, ty, def, mn, mx, hlp)                       \
+    {#nm, sh, lng, ty, def, mn, mx, hlp, offsetof(options, nm)},
+    OPTIONS_TABLE(OPTIONS_DESC)
+#undef OPTIONS_DESC
+};
+
+static const char *const proto_names[] = {"auto-negotiate", "ascii", "binary"};
+
+/* Formats a message into err (always NUL-terminated when errlen > 0). */
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return OPTIONS_ERR_USAGE;
+}
+
+static uint64_t *field_u64(options *o, const options_desc *d)
+{
+    return (uint64_t *)((char *)o + d->offset);
+}
+
+static bool *field_bool(options *o, const options_desc *d)
+{
+    return (bool *)((char *)o + d->offset);
+}
+
+static char **field_str(options *o, const options_desc *d)
+{
+    return (char **)((char *)o + d->offset);
+}
+
+static const void *cfield(const options *o, const options_desc *d)
+{
+    return (const char *)o + d->offset;
+}
+
+/*
+ * Parses an unsigned decimal (or octal) number with an optional k/m/g
+ * suffix (when suffix_ok). Returns 0 and sets *out and *had_suffix, or -1.
+ */
+static int parse_number(const char *s, int base, bool suffix_ok, uint64_t *out,
+                        bool *had_suffix)
+{
+    *had_suffix = false;
+    if (s == NULL || !isdigit((unsigned char)s[0])) {
+        return -1;
+    }
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, base);
+    if (errno != 0 || end == s) {
+        return -1;
+    }
+    uint64_t mult = 1;
+    if (*end != '\0' && suffix_ok) {
+        switch (*end) {
+        case 'k':
+        case 'K':
+            mult = OPTIONS_KB;
+            break;
+        case 'm':
+        case 'M':
+            mult = OPTIONS_MB;
+            break;
+        case 'g':
+        case 'G':
+            mult = OPTIONS_GB;
+            break;
+        default:
+            return -1;
+        }
+        end++;
+        *had_suffix = true;
+    }
+    if (*end != '\0') {
+        return -1;
+    }
+    if (mult > 1 && v > UINT64_MAX / mult) {
+        return -1;
+    }
+    *out = (uint64_t)v * mult;
+    return 0;
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"yes", "true", "on", "1"};
+    static const char *const no[] = {"no", "false", "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/*
+ * Stores `value` into the setting d. from_flag: the value came with the
+ * short or long flag (MEGS then defaults to megabytes; flags without an
+ * argument pass NULL). Returns 0 or OPTIONS_ERR_USAGE with a message.
+ */
+static int set_value(options *o, const options_desc *d, const char *value,
+                     bool from_flag, char *err, size_t errlen)
+{
+    uint64_t v = 0;
+    bool suffix = false;
+
+    switch (d->type) {
+    case OPTIONS_UINT:
+    case OPTIONS_SIZE:
+    case OPTIONS_MEGS:
+    case OPTIONS_OCTAL:
+        if (parse_number(value, d->type == OPTIONS_OCTAL ? 8 : 10,
+                         d->type == OPTIONS_SIZE || d->type == OPTIONS_MEGS,
+                         &v, &suffix) != 0) {
+            return fail(err, errlen, "%s: '%s' is not a valid %s", d->name,
+                        value ? value : "",
+                        d->type == OPTIONS_OCTAL  ? "octal number"
+                        : d->type == OPTIONS_UINT ? "number"
+                                                  : "size (number[k|m|g])");
+        }
+        if (d->type == OPTIONS_MEGS && from_flag && !suffix) {
+            if (v > UINT64_MAX / OPTIONS_MB) {
+                return fail(err, errlen, "%s: '%s' is out of range", d->name,
+                            value);
+            }
+            v *= OPTIONS_MB;
+        }
+        if (v < d->min || v > d->max) {
+            if (d->type == OPTIONS_OCTAL) {
+                return fail(err, errlen,
+                            "%s: '%s' is out of range (%" PRIo64 "..%" PRIo64
+                            ")",
+                            d->name, value, d->min, d->max);
+            }
+            return fail(err, errlen,
+                        "%s: '%s' is out of range (%" PRIu64 "..%" PRIu64 ")",
+                        d->name, value, d->min, d->max);
+        }
+        *field_u64(o, d) = v;
+        return 0;
+    case OPTIONS_VERB:
+        if (from_flag && value == NULL) {
+            if (*field_u64(o, d) < d->max) {
+                (*field_u64(o, d))++;
+            }
+            return 0;
+        }
+        if (parse_number(value, 10, false, &v, &suffix) != 0 || v > d->max) {
+            return fail(err, errlen, "%s: '%s' is not a level 0..%" PRIu64,
+                        d->name, value ? value : "", d->max);
+        }
+        *field_u64(o, d) = v;
+        return 0;
+    case OPTIONS_BOOL_ON:
+    case OPTIONS_BOOL_OFF: {
+        bool b;
+        if (from_flag && value == NULL) {
+            *field_bool(o, d) = d->type == OPTIONS_BOOL_ON;
+            return 0;
+        }
+        if (value == NULL || parse_bool(value, &b) != 0) {
+            return fail(err, errlen, "%s: '%s' is not yes or no", d->name,
+                        value ? value : "");
+        }
+        *field_bool(o, d) = b;
+        return 0;
+    }
+    case OPTIONS_PROTO:
+        if (value != NULL && strcmp(value, "auto") == 0) {
+            *field_u64(o, d) = OPTIONS_PROTO_AUTO;
+            return 0;
+        }
+        for (size_t i = 0; i < 3; i++) {
+            if (value != NULL && strcmp(value, proto_names[i]) == 0) {
+                *field_u64(o, d) = i;
+                return 0;
+            }
+        }
+        return fail(err, errlen, "%s: '%s' is not auto, ascii or binary",
+                    d->name, value ? value : "");
+    case OPTIONS_STR: {
+        if (value == NULL) {
+            return fail(err, errlen, "%s: a value is required", d->name);
+        }
+        if (strlen(value) > 4096) {
+            return fail(err, errlen, "%s: value too long", d->name);
+        }
+        char *copy = strdup(value);
+        if (copy == NULL) {
+            return fail(err, errlen, "%s: out of memory", d->name);
+        }
+        free(*field_str(o, d));
+        *field_str(o, d) = copy;
+        return 0;
+    }
+    case OPTIONS_CLI:
+        break;
+    }
+    return fail(err, errlen, "%s: only allowed on the command line", d->name);
+}
+
+/*
+ * Finds a setting by name: the table name, or the long flag name with
+ * dashes or underscores. *by_flag_name tells which matched (for MEGS).
+ */
+static const options_desc *find_by_name(const char *name, size_t n,
+                                        bool *by_flag_name)
+{
+    for (size_t i = 0; i < OPTIONS_COUNT; i++) {
+        if (strlen(descs[i].name) == n &&
+            memcmp(descs[i].name, name, n) == 0) {
+            *by_flag_name = false;
+            return &descs[i];
+        }
+    }
+    for (size_t i = 0; i < OPTIONS_COUNT; i++) {
+        const char *l = descs[i].longname;
+        if (strlen(l) != n) {
+            continue;
+        }
+        size_t k = 0;
+        while (k < n && (l[k] == name[k] || (l[k] == '-' && name[k] == '_')))
+            k++;
+        if (k == n) {
+            *by_flag_name = true;
+            return &descs[i];
+        }
+    }
+    return NULL;
+}
+
+int options_init(options *o)
+{
+    memset(o, 0, sizeof(*o));
+    for (size_t i = 0; i < OPTIONS_COUNT; i++) {
+        const options_desc *d = &descs[i];
+        if (d->defval == NULL || d->type == OPTIONS_CLI) {
+            continue;
+        }
+        /* Defaults pass the same checks as user values. */
+        if (set_value(o, d, d->defval, false, NULL, 0) != 0) {
+            abort();
+        }
+    }
+    return OPTIONS_OK;
+}
+
+void options_free(options *o)
+{
+    for (size_t i = 0; i < OPTIONS_COUNT; i++) {
+        if (descs[i].type == OPTIONS_STR) {
+            free(*field_str(o, &descs[i]));
+            *field_str(o, &descs[i]) = NULL;
+        }
+    }
+    free(o->config_path);
+    o->config_path = NULL;
+}
+
+int options_set(options *o, const char *name, const char *value, char *err,
+                size_t errlen)
+{
+    bool by_flag = false;
+    const options_desc *d = find_by_name(name, strlen(name), &by_flag);
+    if (d == NULL) {
+        return fail(err, errlen, "unknown setting '%s'", name);
+    }
+    if (d->type == OPTIONS_CLI) {
+        return fail(err, errlen, "'%s' is only allowed on the command line",
+                    name);
+    }
+    return set_value(o, d, value, by_flag, err, errlen);
+}
+
+static bool is_blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r';
+}
+
+int options_parse_config_buffer(options *o, const char *buf, size_t len,
+                                char *err, size_t errlen)
+{
+    char line[OPTIONS_MAX_LINE + 1];
+    char sub[OPTIONS_MAX_LINE + 64];
+    size_t pos = 0;
+    unsigned lineno = 0;
+
+    while (pos < len) {
+        lineno++;
+        const char *start = buf + pos;
+        const char *nl = memchr(start, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - start) : len - pos;
+        pos += n + (nl ? 1 : 0);
+        if (n > OPTIONS_MAX_LINE) {
+            return fail(err, errlen, "line %u: longer than %d bytes", lineno,
+                        OPTIONS_MAX_LINE);
+        }
+        if (memchr(start, '\0', n) != NULL) {
+            return fail(err, errlen, "line %u: contains a NUL byte", lineno);
+        }
+        memcpy(line, start, n);
+        line[n] = '\0';
+
+        char *p = line;
+        while (is_blank(*p)) {
+            p++;
+        }
+        char *e = p + strlen(p);
+        while (e > p && is_blank(e[-1])) {
+            *--e = '\0';
+        }
+        if (*p == '\0' || *p == '#') {
+            continue;
+        }
+        char *eq = strchr(p, '=');
+        if (eq == NULL) {
+            return fail(err, errlen, "line %u: expected 'name = value'",
+                        lineno);
+        }
+        char *ne = eq;
+        while (ne > p && is_blank(ne[-1])) {
+            ne--;
+        }
+        *ne = '\0';
+        char *v = eq + 1;
+        while (is_blank(*v)) {
+            v++;
+        }
+        if (*p == '\0') {
+            return fail(err, errlen, "line %u: missing name before '='",
+                        lineno);
+        }
+        if (options_set(o, p, v, sub, sizeof(sub)) != 0) {
+            return fail(err, errlen, "line %u: %s", lineno, sub);
+        }
+    }
+    return OPTIONS_OK;
+}
+
+int options_parse_config_file(options *o, const char *path, char *err,
+                              size_t errlen)
+{
+    enum { MAX_FILE = 1 << 20 };
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        fail(err, errlen, "cannot open config file %s: %s", path,
+             strerror(errno));
+        return OPTIONS_ERR_IO;
+    }
+    char *buf = malloc(MAX_FILE + 1);
+    if (buf == NULL) {
+        fclose(f);
+        fail(err, errlen, "out of memory reading %s", path);
+        return OPTIONS_ERR_NOMEM;
+    }
+    size_t n = fread(buf, 1, MAX_FILE + 1, f);
+    int rd_err = ferror(f);
+    fclose(f);
+    if (rd_err) {
+        free(buf);
+        fail(err, errlen, "cannot read config file %s", path);
+        return OPTIONS_ERR_IO;
+    }
+    if (n > MAX_FILE) {
+        free(buf);
+        return fail(err, errlen, "config file %s is larger than 1 MB", path);
+    }
+    char sub[512];
+    int rc = options_parse_config_buffer(o, buf, n, sub, sizeof(sub));
+    free(buf);
+    if (rc != 0) {
+        return fail(err, errlen, "%s: %s", path, sub);
+    }
+    return OPTIONS_OK;
+}
+
+/* Applies one -o argument: name=value pairs separated by commas (a comma
+ * not followed by name= belongs to the value, as in -o inter=a,b). */
+static int apply_extended(options *o, const char *arg, char *err,
+                          size_t errlen)
+{
+    char *copy = strdup(arg);
+    if (copy == NULL) {
+        return fail(err, errlen, "out of memory");
+    }
+    int rc = 0;
+    char *p = copy;
+    while (*p != '\0' && rc == 0) {
+        char *eq = strchr(p, '=');
+        if (eq == NULL) {
+            rc = fail(err, errlen, "-o %s: expected name=value", p);
+            break;
+        }
+        *eq = '\0';
+        char *v = eq + 1;
+        /* The value runs to the next ",name=" or the end. */
+        char *next = NULL;
+        for (char *c = strchr(v, ','); c != NULL; c = strchr(c + 1, ',')) {
+            char *q = c + 1;
+            while (*q != '\0' && *q != '=' && *q != ',') {
+                q++;
+            }
+            if (*q == '=') {
+                next = c;
+                break;
+            }
+        }
+        if (next != NULL) {
+            *next = '\0';
+        }
+        rc = options_set(o, p, v, err, errlen);
+        if (next == NULL) {
+            break;
+        }
+        p = next + 1;
+    }
+    free(copy);
+    return rc;
+}
+
+typedef struct flag_use {
+    const options_desc *d;
+    const char *arg;
+} flag_use;
+
+static bool takes_argument(const options_desc *d, bool *optional)
+{
+    *optional = false;
+    switch (d->type) {
+    case OPTIONS_BOOL_ON:
+    case OPTIONS_BOOL_OFF:
+        return false;
+    case OPTIONS_VERB:
+        *optional = true;
+        return false;
+    case OPTIONS_CLI:
+        return d->shortc == 'f' || d->shortc == 'o';
+    default:
+        return true;
+    }
+}
+
+int options_parse_argv(options *o, int argc, char **argv,
+                       enum options_action *action, char *err, size_t errlen)
+{
+    char shortopts[3 * OPTIONS_COUNT + 2];
+    struct option longopts[OPTIONS_COUNT + 1];
+    size_t ns = 0;
+    int rc = OPTIONS_OK;
+
+    *action = OPTIONS_RUN;
+    options_init(o);
+
+    shortopts[ns++] = ':';
+    for (size_t i = 0; i < OPTIONS_COUNT; i++) {
+        const options_desc *d = &descs[i];
+        bool optional;
+        bool arg = takes_argument(d, &optional);
+        longopts[i].name = d->longname;
+        longopts[i].has_arg = arg        ? required_argument
+                              : optional ? optional_argument
+                                         : no_argument;
+        longopts[i].flag = NULL;
+        longopts[i].val = d->shortc ? d->shortc : 256 + (int)i;
+        if (d->shortc) {
+            shortopts[ns++] = (char)d->shortc;
+            if (arg) {
+                shortopts[ns++] = ':';
+            }
+        }
+    }
+    shortopts[ns] = '\0';
+    memset(&longopts[OPTIONS_COUNT], 0, sizeof(longopts[0]));
+
+    flag_use *uses = calloc((size_t)argc + 1, sizeof(*uses));
+    if (uses == NULL) {
+        return fail(err, errlen, "out of memory");
+    }
+    size_t nuses = 0;
+
+    opterr = 0;
+    optind = 1;
+    int c;
+    int longidx;
+    while ((c = getopt_long(argc, argv, shortopts, longopts, &longidx)) !=
+           -1) {
+        if (c == '?') {
+            if (optopt != 0 && optopt < 256) {
+                rc = fail(err, errlen, "unknown option '-%c'", optopt);
+            } else {
+                rc =
+                    fail(err, errlen, "unknown option '%s'", argv[optind - 1]);
+            }
+            goto out;
+        }
+        if (c == ':') {
+            if (optopt != 0 && optopt < 256) {
+                rc =
+                    fail(err, errlen, "option '-%c' requires a value", optopt);
+            } else {
+                rc = fail(err, errlen, "option '%s' requires a value",
+                          argv[optind - 1]);
+            }
+            goto out;
+        }
+        const options_desc *d = NULL;
+        for (size_t i = 0; i < OPTIONS_COUNT; i++) {
+            if ((descs[i].shortc && descs[i].shortc == c) ||
+                (!descs[i].shortc && c == 256 + (int)i)) {
+                d = &descs[i];
+                break;
+            }
+        }
+        if (d == NULL) {
+            rc = fail(err, errlen, "unknown option");
+            goto out;
+        }
+        if (d == &descs[OPTIONS_IDX_help]) {
+            *action = OPTIONS_HELP;
+        } else if (d == &descs[OPTIONS_IDX_version]) {
+            if (*action != OPTIONS_HELP) {
+                *action = OPTIONS_VERSION;
+            }
+        } else if (d == &descs[OPTIONS_IDX_config]) {
+            free(o->config_path);
+            o->config_path = strdup(optarg);
+            o->config = true;
+            if (o->config_path == NULL) {
+                rc = fail(err, errlen, "out of memory");
+                goto out;
+            }
+        } else {
+            uses[nuses].d = d;
+            uses[nuses].arg = optarg;
+            nuses++;
+        }
+    }
+    if (optind < argc) {
+        rc = fail(err, errlen, "unexpected argument '%s'", argv[optind]);
+        goto out;
+    }
+    if (*action != OPTIONS_RUN) {
+        goto out;
+    }
+    if (o->config_path != NULL) {
+        rc = options_parse_config_file(o, o->config_path, err, errlen);
+        if (rc != 0) {
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < nuses; i++) {
+        const options_desc *d = uses[i].d;
+        if (d == &descs[OPTIONS_IDX_extended]) {
+            rc = apply_extended(o, uses[i].arg, err, errlen);
+        } else {
+            char sub[512];
+            rc = set_value(o, d, uses[i].arg, true, sub, sizeof(sub));
+            if (rc != 0) {
+                if (d->shortc) {
+                    fail(err, errlen, "-%c/--%s: %s", d->shortc, d->longname,
+                         sub);
+                } else {
+                    fail(err, errlen, "--%s: %s", d->longname, sub);
+                }
+            }
+        }
+        if (rc != 0) {
+            goto out;
+        }
+    }
+    rc = options_validate(o, err, errlen);
+out:
+    free(uses);
+    return rc;
+}
+
+int options_validate(const options *o, char *err, size_t errlen)
+{
+    if (o->udpport != 0) {
+        return fail(err, errlen,
+                    "UDP is not supported: -U/udpport must be 0 (got "
+                    "%" PRIu64 ")",
+                    o->udpport);
+    }
+    if (o->auth_enabled_sasl && o->sasl_file == NULL) {
+        return fail(err, errlen,
+                    "-S/--enable-sasl needs --sasl-file FILE (a line "
+                    "user:password)");
+    }
+    if (o->domain_socket == NULL && o->tcpport == 0) {
+        return fail(err, errlen,
+                    "nothing to listen on: set a TCP port (-p) or a unix "
+                    "socket (-s)");
+    }
+    if (o->domain_socket != NULL && strlen(o->domain_socket) >= 108) {
+        return fail(err, errlen, "unix socket path longer than 107 bytes");
+    }
+    if (o->inter == NULL || o->inter[0] == '\0') {
+        return fail(err, errlen, "inter (-l) must name an address");
+    }
+    return OPTIONS_OK;
+}
+
+static const char *arg_hint(const options_desc *d)
+{
+    switch (d->type) {
+    case OPTIONS_UINT:
+        return "<num>";
+    case OPTIONS_SIZE:
+        return "<size>";
+    case OPTIONS_MEGS:
+        return "<MB>";
+    case OPTIONS_OCTAL:
+        return "<mask>";
+    case OPTIONS_PROTO:
+        return "<proto>";
+    case OPTIONS_STR:
+        return d == &descs[OPTIONS_IDX_inter] ? "<addr>" : "<path>";
+    case OPTIONS_VERB:
+        return "[<level>]";
+    case OPTIONS_CLI:
+        if (d->shortc == 'f') {
+            return "<file>";
+        }
+        if (d->shortc == 'o') {
+            return "<name=value>";
+        }
+        return "";
+    default:
+        return "";
+    }
+}
+
+void options_print_help(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "ribltcached %s, a memcached-compatible replicated cache\n"
+            "usage: %s [options]\n\n"
+            "Each setting can be given as a flag, as -o name=value, or as a\n"
+            "`name = value` line in the config file (-f); flags override "
+            "the\n"
+            "file. The [name] is what `stats settings` shows.\n\n",
+            RIBLTCACHE_VERSION, prog);
+    for (size_t i = 0; i < OPTIONS_COUNT; i++) {
+        const options_desc *d = &descs[i];
+        char flag[64];
+        const char *hint = arg_hint(d);
+        if (d->shortc) {
+            snprintf(flag, sizeof(flag), "-%c, --%s%s%s", d->shortc,
+                     d->longname, hint[0] ? " " : "", hint);
+        } else {
+            snprintf(flag, sizeof(flag), "    --%s%s%s", d->longname,
+                     hint[0] ? " " : "", hint);
+        }
+        fprintf(f, "  %-34s %s\n", flag, d->help);
+        if (d->type != OPTIONS_CLI) {
+            fprintf(f, "  %-34s [%s] default: %s\n", "", d->name,
+                    d->defval ? d->defval : "unset");
+        }
+    }
+}
+
+void options_emit(const options *o, options_emit_fn emit, void *arg)
+{
+    char val[64];
+    for (size_t i = 0; i < OPTIONS_COUNT; i++) {
+        const options_desc *d = &descs[i];
+        const void *p = cfield(o, d);
+        const char *out = val;
+        switch (d->type) {
+        case OPTIONS_UINT:
+        case OPTIONS_SIZE:
+        case OPTIONS_MEGS:
+        case OPTIONS_VERB:
+            snprintf(val, sizeof(val), "%" PRIu64, *(const uint64_t *)p);
+            break;
+        case OPTIONS_OCTAL:
+            snprintf(val, sizeof(val), "%" PRIo64, *(const uint64_t *)p);
+            break;
+        case OPTIONS_BOOL_ON:
+        case OPTIONS_BOOL_OFF:
+            out = *(const bool *)p ? "yes" : "no";
+            break;
+        case OPTIONS_PROTO:
+            out = proto_names[*(const uint64_t *)p % 3];
+            break;
+        case OPTIONS_STR:
+            out = *(char *const *)p ? *(char *const *)p : "NULL";
+            break;
+        case OPTIONS_CLI:
+            continue;
+        }
+        emit(arg, d->name, out);
+    }
+}
+
+const char *options_strerror(int rc)
+{
+    switch (rc) {
+    case OPTIONS_OK:
+        return "ok";
+    case OPTIONS_ERR_USAGE:
+        return "invalid option";
+    case OPTIONS_ERR_IO:
+        return "cannot read config file";
+    case OPTIONS_ERR_NOMEM:
+        return "out of memory";
+    default:
+        return "unknown error";
+    }
+}

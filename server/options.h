@@ -1,0 +1,240 @@
+/*
+ * options.h -- the daemon's settings: one table, three readers.
+ *
+ * Every setting is declared once in OPTIONS_TABLE with its name, its flags,
+ * its type, its default and its help text. The same table drives
+ *   - the command line (short and long flags, and -o name=value),
+ *   - the config file (`name = value` lines, see options_parse_config_buffer),
+ *   - `stats settings` (options_emit) and `--help` (options_print_help).
+ * The name is the one `stats settings` prints; where memcached has the
+ * setting, it is memcached's name.
+ */
+#ifndef OPTIONS_H
+#define OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifndef RIBLTCACHE_VERSION
+#define RIBLTCACHE_VERSION "0.1.0"
+#endif
+
+/* Error codes of this module. */
+enum options_rc {
+    OPTIONS_OK = 0,
+    OPTIONS_ERR_USAGE = -1, /* unknown option, bad value, bad syntax */
+    OPTIONS_ERR_IO = -2,    /* config file cannot be read */
+    OPTIONS_ERR_NOMEM = -3,
+};
+
+/* Exit status for a usage error (as sysexits.h EX_USAGE). */
+#define OPTIONS_EXIT_USAGE 64
+
+/*
+ * Value types.
+ *   UINT     decimal number within [min, max]
+ *   SIZE     number with an optional k/m/g suffix (powers of 1024)
+ *   MEGS     like SIZE, but a bare number given to the short/long flag means
+ *            megabytes (memcached's -m); under the setting's own name it
+ *            means bytes, exactly what `stats settings` prints
+ *   OCTAL    octal number (file modes)
+ *   BOOL_ON  yes/no; the flag alone sets yes
+ *   BOOL_OFF yes/no; the flag alone sets no (memcached's -C, -F)
+ *   VERB     verbosity: each -v adds one; by name a number 0..max
+ *   PROTO    auto-negotiate | ascii | binary (auto is accepted too)
+ *   STR      a string; unset prints as NULL
+ *   CLI      command-line only (help, version, config file, -o): not a
+ *            setting, not in the config file or `stats settings`
+ */
+enum options_type {
+    OPTIONS_UINT,
+    OPTIONS_SIZE,
+    OPTIONS_MEGS,
+    OPTIONS_OCTAL,
+    OPTIONS_BOOL_ON,
+    OPTIONS_BOOL_OFF,
+    OPTIONS_VERB,
+    OPTIONS_PROTO,
+    OPTIONS_STR,
+    OPTIONS_CLI,
+};
+
+enum options_proto {
+    OPTIONS_PROTO_AUTO = 0,
+    OPTIONS_PROTO_ASCII = 1,
+    OPTIONS_PROTO_BINARY = 2,
+};
+
+#define OPTIONS_KB 1024ULL
+#define OPTIONS_MB (1024ULL * 1024)
+#define OPTIONS_GB (1024ULL * 1024 * 1024)
+
+/*
+ * X(name, short flag (0 = none), long flag, type, default, min, max, help)
+ * The argument placeholder shown by --help follows from the type.
+ */
+#define OPTIONS_TABLE(X)                                                      \
+    X(tcpport, 'p', "port", OPTIONS_UINT, "11211", 0, 65535,                  \
+      "TCP port to listen on (0 = no TCP)")                                   \
+    X(udpport, 'U', "udp-port", OPTIONS_UINT, "0", 0, 65535,                  \
+      "UDP port; UDP is not supported, only 0 (off) is accepted")             \
+    X(inter, 'l', "listen", OPTIONS_STR, "127.0.0.1", 0, 0,                   \
+      "interfaces to listen on, comma separated (IPv4 or IPv6)")              \
+    X(domain_socket, 's', "unix-socket", OPTIONS_STR, NULL, 0, 0,             \
+      "unix socket path to listen on (disables TCP, as memcached)")           \
+    X(umask, 'a', "unix-mask", OPTIONS_OCTAL, "700", 0, 0777,                 \
+      "access mask of the unix socket, octal")                                \
+    X(maxbytes, 'm', "memory-limit", OPTIONS_MEGS, "64m", 0,                  \
+      1024 * OPTIONS_GB,                                                      \
+      "item memory; -m takes megabytes, maxbytes bytes (k/m/g suffix ok);"    \
+      " 0 = unlimited")                                                       \
+    X(maxconns, 'c', "conn-limit", OPTIONS_UINT, "1024", 1, 1000000,          \
+      "max simultaneous client connections")                                  \
+    X(num_threads, 't', "threads", OPTIONS_UINT, "4", 1, 256,                 \
+      "number of worker threads")                                             \
+    X(item_size_max, 'I', "max-item-size", OPTIONS_SIZE, "1m", OPTIONS_KB,    \
+      1024 * OPTIONS_MB, "largest item stored (k/m suffix, 1k..1024m)")       \
+    X(verbosity, 'v', "verbose", OPTIONS_VERB, "0", 0, 3,                     \
+      "log to stderr: -v errors and connections, -vv every request")          \
+    X(flush_enabled, 'F', "disable-flush-all", OPTIONS_BOOL_OFF, "yes", 0, 0, \
+      "flush_all allowed (the flag disables it)")                             \
+    X(shutdown_command, 'A', "enable-shutdown", OPTIONS_BOOL_ON, "no", 0, 0,  \
+      "the shutdown command allowed (the flag enables it)")                   \
+    X(cas_enabled, 'C', "disable-cas", OPTIONS_BOOL_OFF, "yes", 0, 0,         \
+      "cas allowed (the flag disables it)")                                   \
+    X(auth_enabled_sasl, 'S', "enable-sasl", OPTIONS_BOOL_ON, "no", 0, 0,     \
+      "require SASL PLAIN authentication (binary protocol); needs "           \
+      "sasl_file")                                                            \
+    X(sasl_file, 0, "sasl-file", OPTIONS_STR, NULL, 0, 0,                     \
+      "file whose first non-comment line is user:password for SASL")          \
+    X(reqs_per_event, 'R', "max-reqs-per-event", OPTIONS_UINT, "20", 1,       \
+      1000000, "socket reads served per connection before yielding")          \
+    X(binding_protocol, 'B', "protocol", OPTIONS_PROTO, "auto-negotiate", 0,  \
+      0, "client protocol: auto, ascii or binary")                            \
+    X(tcp_backlog, 'b', "listen-backlog", OPTIONS_UINT, "1024", 1, 65535,     \
+      "listen backlog")                                                       \
+    X(daemonize, 'd', "daemon", OPTIONS_BOOL_ON, "no", 0, 0,                  \
+      "run in the background")                                                \
+    X(pidfile, 'P', "pidfile", OPTIONS_STR, NULL, 0, 0,                       \
+      "write the process id to this file (removed on exit)")                  \
+    X(idle_timeout, 0, "idle-timeout", OPTIONS_UINT, "0", 0, 31536000,        \
+      "close connections idle this many seconds (0 = never)")                 \
+    X(node_id, 0, "node-id", OPTIONS_UINT, "1", 1, 4294967295ULL,             \
+      "this node's id in mutation versions (unique per cluster)")             \
+    X(tombstone_grace, 0, "tombstone-grace", OPTIONS_UINT, "3600", 0,         \
+      4294967295ULL,                                                          \
+      "seconds deletes and expired items stay reconcilable before sweep")     \
+    X(sketch_symbols, 0, "sketch-symbols", OPTIONS_UINT, "8192", 1, 16777216, \
+      "coded symbols kept in the materialized sketch")                        \
+    X(hashpower_init, 0, "hashpower", OPTIONS_UINT, "16", 4, 32,              \
+      "initial key table size, as a power of two")                            \
+    X(sweep_budget, 0, "sweep-budget", OPTIONS_UINT, "10000", 1, 100000000,   \
+      "entries the once-a-second expiry sweep may visit")                     \
+    X(max_line, 0, "max-line", OPTIONS_SIZE, "64k", 2048, 16 * OPTIONS_MB,    \
+      "longest text request line accepted")                                   \
+    X(output_buffer_max, 0, "output-buffer-max", OPTIONS_SIZE, "4m",          \
+      64 * OPTIONS_KB, OPTIONS_GB,                                            \
+      "pending reply bytes per connection before reading pauses")             \
+    X(config, 'f', "config", OPTIONS_CLI, NULL, 0, 0,                         \
+      "read settings from FILE (name = value lines); flags override it")      \
+    X(extended, 'o', "extended", OPTIONS_CLI, NULL, 0, 0,                     \
+      "set settings by name: -o name=value[,name=value...]")                  \
+    X(help, 'h', "help", OPTIONS_CLI, NULL, 0, 0, "print this help and exit") \
+    X(version, 'V', "version", OPTIONS_CLI, NULL, 0, 0,                       \
+      "print the version and exit")
+
+/* Index of each table entry: OPTIONS_IDX_tcpport, ... */
+enum options_index {
+#define OPTIONS_IDX(name, ...) OPTIONS_IDX_##name,
+    OPTIONS_TABLE(OPTIONS_IDX)
+#undef OPTIONS_IDX
+        OPTIONS_COUNT
+};
+
+/*
+ * The settings. Numbers are uint64_t, flags bool, strings owned char *
+ * (NULL = unset). CLI-only entries have a bool that tells whether they
+ * were given.
+ */
+#define OPTIONS_CTYPE_OPTIONS_UINT uint64_t
+#define OPTIONS_CTYPE_OPTIONS_SIZE uint64_t
+#define OPTIONS_CTYPE_OPTIONS_MEGS uint64_t
+#define OPTIONS_CTYPE_OPTIONS_OCTAL uint64_t
+#define OPTIONS_CTYPE_OPTIONS_BOOL_ON bool
+#define OPTIONS_CTYPE_OPTIONS_BOOL_OFF bool
+#define OPTIONS_CTYPE_OPTIONS_VERB uint64_t
+#define OPTIONS_CTYPE_OPTIONS_PROTO uint64_t
+#define OPTIONS_CTYPE_OPTIONS_STR char *
+#define OPTIONS_CTYPE_OPTIONS_CLI bool
+
+typedef struct options {
+#define OPTIONS_FIELD(name, sh, lng, type, ...) OPTIONS_CTYPE_##type name;
+    OPTIONS_TABLE(OPTIONS_FIELD)
+#undef OPTIONS_FIELD
+    char *config_path; /* -f FILE, when given */
+} options;
+
+/* What the command line asked for. */
+enum options_action {
+    OPTIONS_RUN = 0,
+    OPTIONS_HELP = 1,
+    OPTIONS_VERSION = 2,
+};
+
+/* Sets every setting to its table default. Returns 0. */
+int options_init(options *o);
+
+/* Frees the strings of o (not o itself). */
+void options_free(options *o);
+
+/*
+ * Parses a whole command line: defaults, then the config file named by
+ * -f/--config (if any), then every flag in order (flags override the file).
+ * Returns 0 with *action set, or a negative OPTIONS_ERR_* with a one-line
+ * message in err (NUL-terminated, at most errlen bytes). Not reentrant
+ * (uses getopt).
+ */
+int options_parse_argv(options *o, int argc, char **argv,
+                       enum options_action *action, char *err, size_t errlen);
+
+/*
+ * Parses config text: one `name = value` per line; blank lines and lines
+ * whose first non-blank character is '#' are ignored; whitespace around name
+ * and value is ignored; a name is a `stats settings` name or a long flag
+ * name (dashes or underscores). Lines longer than OPTIONS_MAX_LINE, NUL
+ * bytes, unknown names and bad values are errors (message names the line).
+ * On error o may hold the settings of the lines before the bad one.
+ * buf need not be NUL-terminated. Returns 0 or OPTIONS_ERR_USAGE.
+ */
+#define OPTIONS_MAX_LINE 1024
+int options_parse_config_buffer(options *o, const char *buf, size_t len,
+                                char *err, size_t errlen);
+
+/* Reads a file (at most 1 MB) and parses it as above. */
+int options_parse_config_file(options *o, const char *path, char *err,
+                              size_t errlen);
+
+/*
+ * Sets one setting by name (as in the config file). Returns 0 or
+ * OPTIONS_ERR_USAGE with a message.
+ */
+int options_set(options *o, const char *name, const char *value, char *err,
+                size_t errlen);
+
+/* Checks combinations (e.g. -U must be 0, -S needs sasl_file). */
+int options_validate(const options *o, char *err, size_t errlen);
+
+/* Prints usage and every option with its default to f. */
+void options_print_help(FILE *f, const char *prog);
+
+/* Emits every setting as `stats settings` lists it. */
+typedef void (*options_emit_fn)(void *arg, const char *name,
+                                const char *value);
+void options_emit(const options *o, options_emit_fn emit, void *arg);
+
+/* Human-readable text of an OPTIONS_* code. */
+const char *options_strerror(int rc);
+
+#endif /* OPTIONS_H */
