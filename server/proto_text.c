@@ -1,0 +1,1841 @@
+/*
+ * proto_text.c -- memcached's text and meta protocols.
+ *
+ * A pure parser: bytes in, store calls, reply bytes out (see proto.h). It
+ * answers as memcached 1.6 does, byte for byte where a client can see it.
+ *
+ * Layout of this file:
+ *   - reply writer: replies are collected in a stack buffer and handed to
+ *     the output evbuffer in large pieces; large values are added by
+ *     reference to the store item (zero copy, released by evbuffer);
+ *   - tokens and numbers;
+ *   - classic commands (get/gets/gat/gats, storage commands, delete,
+ *     incr/decr, touch, flush_all, stats, version, verbosity, quit,
+ *     shutdown);
+ *   - meta commands (mg, ms, md, ma, me, mn);
+ *   - the request loop, which consumes every complete request of `in`.
+ *
+ * Meta flags supported:
+ *   mg  b c f h k l O q s t u v T N (N vivifies an empty item on a miss;
+ *       the vivifying request gets the W response flag)
+ *   ms  b c k O q C F T M(E A P R S)
+ *   md  b k O q C (T is accepted and ignored, as it only matters with I)
+ *   ma  b c k O q t v C N J D T M(I + D -)
+ *   me  b
+ * P and L (proxy hints) are accepted and ignored, like memcached does.
+ * Not supported, and answered with "CLIENT_ERROR invalid flag" (or the
+ * command's fixed flag error): the stale-while-revalidate set R (recache
+ * win), I (invalidate / mark stale) and E (explicit cas). The store keeps
+ * neither a stale mark nor a "win token sent" mark per item and derives cas
+ * from the mutation id, so the Z and X response flags are never sent either.
+ *
+ * Deliberate differences from memcached (all on bad input):
+ *   - keys with control characters (bytes < 0x21 or 0x7f) are refused
+ *     with "CLIENT_ERROR bad command line format";
+ *   - numbers that do not fit their field (flags > 2^32-1, byte counts
+ *     that would wrap) are refused instead of being truncated;
+ *   - a "get" with an over-long key fails before any key is looked up;
+ *   - a command line longer than max_line is answered with
+ *     "CLIENT_ERROR line too long" and discarded up to its newline, instead
+ *     of closing the connection;
+ *   - a set whose value is too large leaves the old value in place (the
+ *     store never changes on bad input).
+ */
+#include "proto_text.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#define PT_KEY_MAX 250
+#define PT_MAX_TOKENS 24      /* memcached counts 23 tokens + an end mark */
+#define PT_META_MAX_TOKENS 20 /* same count, for meta flags */
+#define PT_OPAQUE_MAX 32
+#define PT_COPY_MAX 256 /* values below this are copied, not referenced */
+#define PT_OUTBUF 8192
+#define PT_DEFAULT_MAX_LINE 2048
+#define PT_LINE_MAX 1024 /* longest reply line we build (meta) */
+#define PT_VERBOSITY_MAX 2
+
+/* Handler results besides ">= 0: extra bytes consumed after the line". */
+enum {
+    PT_NEED = -1,     /* the request's data block is not complete yet */
+    PT_CLOSE = -2,    /* quit, or an HTTP request */
+    PT_SHUTDOWN = -3, /* shutdown */
+};
+
+/* Per-connection state: what is left of a previous request. */
+typedef struct pt_state {
+    uint64_t swallow; /* bytes of a refused data block still to discard */
+    bool skip_line;   /* discarding an over-long line up to its newline */
+} pt_state;
+
+/* ================================================================ writer */
+
+typedef struct pt_out {
+    struct evbuffer *ev;
+    size_t n;
+    char buf[PT_OUTBUF];
+} pt_out;
+
+static void out_flush(pt_out *o)
+{
+    if (o->n) {
+        evbuffer_add(o->ev, o->buf, o->n);
+        o->n = 0;
+    }
+}
+
+static void out_put(pt_out *o, const void *p, size_t n)
+{
+    if (n > sizeof(o->buf) - o->n) {
+        out_flush(o);
+        if (n > sizeof(o->buf)) {
+            evbuffer_add(o->ev, p, n);
+            return;
+        }
+    }
+    memcpy(o->buf + o->n, p, n);
+    o->n += n;
+}
+
+/* Returns room for n (<= PT_OUTBUF) bytes; out_commit says how many. */
+static char *out_reserve(pt_out *o, size_t n)
+{
+    if (n > sizeof(o->buf) - o->n)
+        out_flush(o);
+    return o->buf + o->n;
+}
+
+static void out_commit(pt_out *o, const char *end)
+{
+    o->n = (size_t)(end - o->buf);
+}
+
+#define OUT_LIT(o, s) out_put((o), s, sizeof(s) - 1)
+
+/* Writes v in decimal at p; returns the end. */
+static char *fmt_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    int i = 0;
+    do {
+        tmp[i++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (i)
+        *p++ = tmp[--i];
+    return p;
+}
+
+static char *fmt_i64(char *p, int64_t v)
+{
+    if (v < 0) {
+        *p++ = '-';
+        return fmt_u64(p, (uint64_t)0 - (uint64_t)v);
+    }
+    return fmt_u64(p, (uint64_t)v);
+}
+
+static char *put_mem(char *p, const void *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+#define PUT_LIT(p, s) put_mem((p), s, sizeof(s) - 1)
+
+/* evbuffer cleanup for values added by reference: drops the item. */
+static void release_item_cb(const void *data, size_t len, void *arg)
+{
+    (void)data;
+    (void)len;
+    store_item_release(arg);
+}
+
+/*
+ * Appends the value of `it` followed by "\r\n". Takes over the caller's
+ * reference to it: small values are copied and the item released, large
+ * ones are referenced and released when the output buffer drops them.
+ */
+static void out_value(pt_out *o, store_item *it, const char *v, size_t n)
+{
+    if (n < PT_COPY_MAX) {
+        char *p = out_reserve(o, n + 2);
+        p = put_mem(p, v, n);
+        p = PUT_LIT(p, "\r\n");
+        out_commit(o, p);
+        store_item_release(it);
+        return;
+    }
+    out_flush(o);
+    if (evbuffer_add_reference(o->ev, v, n, release_item_cb, it) != 0) {
+        evbuffer_add(o->ev, v, n);
+        store_item_release(it);
+    }
+    OUT_LIT(o, "\r\n");
+}
+
+/* ================================================================ base64 */
+
+static const char b64_chars[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static int b64_val(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/*
+ * Decodes padded base64 (length a multiple of 4, '=' only at the end).
+ * Returns the decoded length, or 0 when the input is not valid base64.
+ */
+static size_t b64_decode(const char *in, size_t n, char *out)
+{
+    size_t o = 0;
+    if (n == 0 || n % 4)
+        return 0;
+    for (size_t i = 0; i < n; i += 4) {
+        int v[4];
+        int pad = 0;
+        for (int j = 0; j < 4; j++) {
+            unsigned char c = (unsigned char)in[i + j];
+            if (c == '=' && i + 4 == n && j >= 2) {
+                v[j] = 0;
+                pad++;
+                continue;
+            }
+            if (pad) /* data after padding */
+                return 0;
+            v[j] = b64_val(c);
+            if (v[j] < 0)
+                return 0;
+        }
+        uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
+                     (uint32_t)v[2] << 6 | (uint32_t)v[3];
+        out[o++] = (char)(w >> 16);
+        if (pad < 2)
+            out[o++] = (char)(w >> 8);
+        if (pad < 1)
+            out[o++] = (char)w;
+    }
+    return o;
+}
+
+/* Encodes n bytes at p (padded); returns the end. */
+static char *b64_encode(char *p, const unsigned char *in, size_t n)
+{
+    size_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t w =
+            (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        *p++ = b64_chars[w >> 18 & 63];
+        *p++ = b64_chars[w >> 12 & 63];
+        *p++ = b64_chars[w >> 6 & 63];
+        *p++ = b64_chars[w & 63];
+    }
+    if (i < n) {
+        uint32_t w = (uint32_t)in[i] << 16;
+        if (i + 1 < n)
+            w |= (uint32_t)in[i + 1] << 8;
+        *p++ = b64_chars[w >> 18 & 63];
+        *p++ = b64_chars[w >> 12 & 63];
+        *p++ = i + 1 < n ? b64_chars[w >> 6 & 63] : '=';
+        *p++ = '=';
+    }
+    return p;
+}
+
+/* ======================================================= tokens, numbers */
+
+typedef struct pt_tok {
+    const char *s;
+    size_t n;
+} pt_tok;
+
+/* One request: its line, its tokens and where its data block starts. */
+typedef struct pt_req {
+    proto_ctx *ctx;
+    pt_state *st;
+    pt_out *o;
+    const char *line; /* the command line without "\r\n" */
+    size_t len;
+    size_t linesz;    /* bytes of the line including its newline */
+    const char *data; /* bytes after the line, contiguous */
+    size_t avail;
+    size_t need; /* PT_NEED: bytes needed from the start of the line */
+    pt_tok t[PT_MAX_TOKENS];
+    size_t nt; /* tokens held; memcached's token count is nt + 1 */
+    bool noreply;
+} pt_req;
+
+/* Splits the line at spaces into at most PT_MAX_TOKENS - 1 tokens. */
+static void tokenize(pt_req *r)
+{
+    const char *p = r->line, *e = r->line + r->len;
+    r->nt = 0;
+    while (p < e) {
+        if (*p == ' ') {
+            p++;
+            continue;
+        }
+        if (r->nt == PT_MAX_TOKENS - 1) {
+            /* memcached stops here too; the rest makes the count 24 */
+            return;
+        }
+        const char *sp = memchr(p, ' ', (size_t)(e - p));
+        if (sp == NULL)
+            sp = e;
+        r->t[r->nt].s = p;
+        r->t[r->nt].n = (size_t)(sp - p);
+        r->nt++;
+        p = sp;
+    }
+}
+
+static bool tok_is(const pt_tok *t, const char *s, size_t n)
+{
+    return t->n == n && memcmp(t->s, s, n) == 0;
+}
+
+#define TOK_IS(t, lit) tok_is((t), lit, sizeof(lit) - 1)
+
+/* Unsigned decimal, digits only, no overflow. */
+static bool parse_u64(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (n == 0 || n > 20)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned d = (unsigned char)s[i] - '0';
+        if (d > 9)
+            return false;
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_u32(const char *s, size_t n, uint32_t *out)
+{
+    uint64_t v;
+    if (!parse_u64(s, n, &v) || v > UINT32_MAX)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+/* Signed decimal: an optional '-' then digits. */
+static bool parse_i64(const char *s, size_t n, int64_t *out)
+{
+    uint64_t v;
+    bool neg = n > 0 && s[0] == '-';
+    if (neg) {
+        s++;
+        n--;
+    }
+    if (!parse_u64(s, n, &v))
+        return false;
+    if (neg) {
+        if (v > (uint64_t)INT64_MAX + 1)
+            return false;
+        *out = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
+    } else {
+        if (v > INT64_MAX)
+            return false;
+        *out = (int64_t)v;
+    }
+    return true;
+}
+
+/* A key: 1..250 bytes, none of them a control character or a space. */
+static bool key_ok(const char *k, size_t n)
+{
+    if (n == 0 || n > PT_KEY_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)k[i];
+        if (c <= ' ' || c == 0x7f)
+            return false;
+    }
+    return true;
+}
+
+/* ============================================================= helpers */
+
+#define STAT(r, name)                                                         \
+    do {                                                                      \
+        if ((r)->ctx->stats)                                                  \
+            STATS_INCR((r)->ctx->stats, name);                                \
+    } while (0)
+
+/* Replies "str\r\n" unless the request asked for noreply. */
+static void reply(pt_req *r, const char *s, size_t n)
+{
+    if (r->noreply)
+        return;
+    char *p = out_reserve(r->o, n + 2);
+    p = put_mem(p, s, n);
+    p = PUT_LIT(p, "\r\n");
+    out_commit(r->o, p);
+}
+
+#define REPLY(r, lit) reply((r), lit, sizeof(lit) - 1)
+
+static int64_t now_s(store *s)
+{
+    /* a relative exptime of 1 second is converted to now + 1 */
+    return store_exptime_abs(s, 1) - 1;
+}
+
+static int64_t ttl_left(store *s, int64_t exptime)
+{
+    if (exptime == 0)
+        return -1;
+    int64_t left = exptime - now_s(s);
+    return left < 0 ? 0 : left;
+}
+
+static uint64_t item_cas(pt_req *r, const store_item *it)
+{
+    return r->ctx->cfg->cas_enabled ? store_item_cas(it) : 0;
+}
+
+/* Is an object of this key and value length too large to be stored? */
+static bool too_large(pt_req *r, size_t nkey, int64_t vlen)
+{
+    size_t max = r->ctx->cfg->item_size_max;
+    return max && (uint64_t)nkey + (uint64_t)vlen > max;
+}
+
+/* Refuses a data block: discard its vlen + 2 bytes as they arrive. */
+static void swallow(pt_req *r, int64_t vlen)
+{
+    r->st->swallow = (uint64_t)vlen + 2;
+}
+
+/* Maps the result of a store write to its classic reply. */
+static void reply_store_rc(pt_req *r, int rc)
+{
+    switch (rc) {
+    case STORE_STORED:
+        REPLY(r, "STORED");
+        break;
+    case STORE_NOT_STORED:
+        REPLY(r, "NOT_STORED");
+        break;
+    case STORE_EXISTS:
+        REPLY(r, "EXISTS");
+        break;
+    case STORE_NOT_FOUND:
+        REPLY(r, "NOT_FOUND");
+        break;
+    case STORE_ERR_NOMEM:
+        STAT(r, store_no_memory);
+        REPLY(r, "SERVER_ERROR out of memory storing object");
+        break;
+    case STORE_ERR_TOO_LARGE:
+        STAT(r, store_too_large);
+        REPLY(r, "SERVER_ERROR object too large for cache");
+        break;
+    default:
+        REPLY(r, "SERVER_ERROR Unhandled storage type.");
+        break;
+    }
+}
+
+static void count_cas(pt_req *r, int rc)
+{
+    if (rc == STORE_STORED)
+        STAT(r, cas_hits);
+    else if (rc == STORE_EXISTS)
+        STAT(r, cas_badval);
+    else if (rc == STORE_NOT_FOUND)
+        STAT(r, cas_misses);
+}
+
+/*
+ * Executes a write whose data block is complete, checked and in `value`.
+ * With cas disabled (-C) a cas write can only miss or fail, as in
+ * memcached, where every item's cas is 0.
+ */
+static int do_write(pt_req *r, const store_write *w, uint64_t *cas_out)
+{
+    if (w->mode == STORE_CAS && !r->ctx->cfg->cas_enabled) {
+        store_item *it = store_get(r->ctx->store, w->key, w->nkey);
+        if (it == NULL)
+            return STORE_NOT_FOUND;
+        store_item_release(it);
+        return STORE_EXISTS;
+    }
+    return store_write_item(r->ctx->store, w, cas_out);
+}
+
+/* ==================================================== classic commands */
+
+/* Finds the next space-separated key in [*p, e). */
+static bool next_key(const char **p, const char *e, pt_tok *k)
+{
+    const char *s = *p;
+    while (s < e && *s == ' ')
+        s++;
+    if (s == e)
+        return false;
+    const char *sp = memchr(s, ' ', (size_t)(e - s));
+    if (sp == NULL)
+        sp = e;
+    k->s = s;
+    k->n = (size_t)(sp - s);
+    *p = sp;
+    return true;
+}
+
+/* Writes "VALUE key flags bytes [cas]\r\n" and the value. */
+static void out_get_hit(pt_req *r, store_item *it, bool with_cas)
+{
+    size_t nkey, nval;
+    const char *key = store_item_key(it, &nkey);
+    const char *val = store_item_value(it, &nval);
+    char *p = out_reserve(r->o, 6 + nkey + 3 * 21 + 2 + 2);
+    p = PUT_LIT(p, "VALUE ");
+    p = put_mem(p, key, nkey);
+    *p++ = ' ';
+    p = fmt_u64(p, store_item_flags(it));
+    *p++ = ' ';
+    p = fmt_u64(p, nval);
+    if (with_cas) {
+        *p++ = ' ';
+        p = fmt_u64(p, item_cas(r, it));
+    }
+    p = PUT_LIT(p, "\r\n");
+    out_commit(r->o, p);
+    out_value(r->o, it, val, nval);
+}
+
+/*
+ * get/gets/gat/gats <keys...>: every key of the line (no token limit).
+ * All keys are checked before any is looked up, so a bad key answers a
+ * single error and touches nothing.
+ */
+static int cmd_get(pt_req *r, bool with_cas, bool touch)
+{
+    int64_t exptime = 0;
+    const char *p = r->t[0].s + r->t[0].n, *e = r->line + r->len;
+    pt_tok k;
+
+    if (r->nt < 2) {
+        REPLY(r, "ERROR");
+        return 0;
+    }
+    if (touch) {
+        if (!parse_i64(r->t[1].s, r->t[1].n, &exptime)) {
+            REPLY(r, "CLIENT_ERROR invalid exptime argument");
+            return 0;
+        }
+        exptime = store_exptime_abs(r->ctx->store, exptime);
+        p = r->t[1].s + r->t[1].n;
+    }
+    for (const char *q = p; next_key(&q, e, &k);) {
+        if (!key_ok(k.s, k.n)) {
+            REPLY(r, "CLIENT_ERROR bad command line format");
+            return 0;
+        }
+    }
+    while (next_key(&p, e, &k)) {
+        store_item *it;
+        if (touch) {
+            STAT(r, cmd_touch);
+            it = store_gat(r->ctx->store, k.s, k.n, exptime);
+            if (it)
+                STAT(r, touch_hits);
+            else
+                STAT(r, touch_misses);
+        } else {
+            STAT(r, cmd_get);
+            it = store_get(r->ctx->store, k.s, k.n);
+            if (it)
+                STAT(r, get_hits);
+            else
+                STAT(r, get_misses);
+        }
+        if (it)
+            out_get_hit(r, it, with_cas);
+    }
+    OUT_LIT(r->o, "END\r\n");
+    return 0;
+}
+
+/*
+ * set/add/replace/append/prepend <key> <flags> <exptime> <bytes>
+ * [noreply], cas <key> <flags> <exptime> <bytes> <cas> [noreply], then the
+ * data block. Format errors leave the data block to be read as commands
+ * (as memcached does); a too-large object swallows it.
+ */
+static int cmd_store(pt_req *r, enum store_set_mode mode)
+{
+    bool is_cas = mode == STORE_CAS;
+    size_t want = is_cas ? 6 : 5;
+    uint32_t flags;
+    int64_t exptime, vlen;
+    uint64_t cas = 0;
+
+    if (r->nt != want && r->nt != want + 1) {
+        REPLY(r, "ERROR");
+        return 0;
+    }
+    r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
+    const pt_tok *key = &r->t[1];
+    if (!key_ok(key->s, key->n) || !parse_u32(r->t[2].s, r->t[2].n, &flags) ||
+        !parse_i64(r->t[3].s, r->t[3].n, &exptime) ||
+        !parse_i64(r->t[4].s, r->t[4].n, &vlen) ||
+        (is_cas && !parse_u64(r->t[5].s, r->t[5].n, &cas)) || vlen < 0 ||
+        vlen > INT_MAX - 2) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
+    }
+    if (too_large(r, key->n, vlen)) {
+        STAT(r, store_too_large);
+        REPLY(r, "SERVER_ERROR object too large for cache");
+        swallow(r, vlen);
+        return 0;
+    }
+    if (r->avail < (size_t)vlen + 2) {
+        r->need = r->linesz + (size_t)vlen + 2;
+        return PT_NEED;
+    }
+    STAT(r, cmd_set);
+    if (r->data[vlen] != '\r' || r->data[vlen + 1] != '\n') {
+        REPLY(r, "CLIENT_ERROR bad data chunk");
+        return (int)vlen + 2;
+    }
+    store_write w = {
+        .mode = mode,
+        .key = key->s,
+        .nkey = key->n,
+        .value = r->data,
+        .nvalue = (size_t)vlen,
+        .flags = flags,
+        .exptime = store_exptime_abs(r->ctx->store, exptime),
+        .cas = cas,
+    };
+    int rc = do_write(r, &w, NULL);
+    if (is_cas)
+        count_cas(r, rc);
+    reply_store_rc(r, rc);
+    return (int)vlen + 2;
+}
+
+/* delete <key> [0] [noreply] */
+static int cmd_delete(pt_req *r)
+{
+    if (r->nt < 2 || r->nt > 4) {
+        REPLY(r, "ERROR");
+        return 0;
+    }
+    if (r->nt > 2) {
+        bool hold0 = TOK_IS(&r->t[2], "0");
+        r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
+        bool valid = (r->nt == 3 && (hold0 || r->noreply)) ||
+                     (r->nt == 4 && hold0 && r->noreply);
+        if (!valid) {
+            REPLY(r, "CLIENT_ERROR bad command line format.  "
+                     "Usage: delete <key> [noreply]");
+            return 0;
+        }
+    }
+    if (!key_ok(r->t[1].s, r->t[1].n)) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
+    }
+    int rc = store_delete(r->ctx->store, r->t[1].s, r->t[1].n, 0);
+    if (rc == STORE_DELETED) {
+        STAT(r, delete_hits);
+        REPLY(r, "DELETED");
+    } else {
+        STAT(r, delete_misses);
+        REPLY(r, "NOT_FOUND");
+    }
+    return 0;
+}
+
+/* incr|decr <key> <delta> [noreply] */
+static int cmd_arith(pt_req *r, bool incr)
+{
+    uint64_t delta, value = 0;
+
+    if (r->nt != 3 && r->nt != 4) {
+        REPLY(r, "ERROR");
+        return 0;
+    }
+    r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
+    if (!key_ok(r->t[1].s, r->t[1].n)) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
+    }
+    if (!parse_u64(r->t[2].s, r->t[2].n, &delta)) {
+        REPLY(r, "CLIENT_ERROR invalid numeric delta argument");
+        return 0;
+    }
+    store_arith_req a = {
+        .key = r->t[1].s, .nkey = r->t[1].n, .incr = incr, .delta = delta};
+    int rc = store_arith(r->ctx->store, &a, &value, NULL);
+    switch (rc) {
+    case STORE_OK:
+    case STORE_STORED: {
+        if (incr)
+            STAT(r, incr_hits);
+        else
+            STAT(r, decr_hits);
+        char buf[24];
+        char *p = fmt_u64(buf, value);
+        reply(r, buf, (size_t)(p - buf));
+        break;
+    }
+    case STORE_NOT_FOUND:
+        if (incr)
+            STAT(r, incr_misses);
+        else
+            STAT(r, decr_misses);
+        REPLY(r, "NOT_FOUND");
+        break;
+    case STORE_NON_NUMERIC:
+        REPLY(r, "CLIENT_ERROR cannot increment or decrement non-numeric "
+                 "value");
+        break;
+    default:
+        REPLY(r, "SERVER_ERROR out of memory");
+        break;
+    }
+    return 0;
+}
+
+/* touch <key> <exptime> [noreply] */
+static int cmd_touch(pt_req *r)
+{
+    int64_t exptime;
+
+    if (r->nt != 3 && r->nt != 4) {
+        REPLY(r, "ERROR");
+        return 0;
+    }
+    r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
+    if (!key_ok(r->t[1].s, r->t[1].n)) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
+    }
+    if (!parse_i64(r->t[2].s, r->t[2].n, &exptime)) {
+        REPLY(r, "CLIENT_ERROR invalid exptime argument");
+        return 0;
+    }
+    STAT(r, cmd_touch);
+    exptime = store_exptime_abs(r->ctx->store, exptime);
+    if (store_touch(r->ctx->store, r->t[1].s, r->t[1].n, exptime) ==
+        STORE_OK) {
+        STAT(r, touch_hits);
+        REPLY(r, "TOUCHED");
+    } else {
+        STAT(r, touch_misses);
+        REPLY(r, "NOT_FOUND");
+    }
+    return 0;
+}
+
+/* flush_all [delay] [noreply] */
+static int cmd_flush_all(pt_req *r)
+{
+    int64_t exptime = 0;
+    uint32_t delay = 0;
+
+    if (r->nt > 3) {
+        REPLY(r, "ERROR");
+        return 0;
+    }
+    r->noreply = r->nt > 1 && TOK_IS(&r->t[r->nt - 1], "noreply");
+    STAT(r, cmd_flush);
+    if (!r->ctx->cfg->flush_enabled) {
+        REPLY(r, "CLIENT_ERROR flush_all not allowed");
+        return 0;
+    }
+    if (r->nt != (r->noreply ? 2u : 1u)) {
+        if (!parse_i64(r->t[1].s, r->t[1].n, &exptime)) {
+            REPLY(r, "CLIENT_ERROR invalid exptime argument");
+            return 0;
+        }
+    }
+    if (exptime > 0) {
+        /* like an item's exptime: relative, or a unix time after 30 days */
+        int64_t at = store_exptime_abs(r->ctx->store, exptime);
+        int64_t d = at - now_s(r->ctx->store);
+        delay = d <= 0 ? 0 : d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+    }
+    if (store_flush_all(r->ctx->store, delay) < 0)
+        REPLY(r, "SERVER_ERROR out of memory");
+    else
+        REPLY(r, "OK");
+    return 0;
+}
+
+/* verbosity <level> [noreply] */
+static int cmd_verbosity(pt_req *r)
+{
+    uint32_t level;
+
+    if (r->nt != 2 && r->nt != 3) {
+        REPLY(r, "ERROR");
+        return 0;
+    }
+    r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
+    if (!parse_u32(r->t[1].s, r->t[1].n, &level)) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
+    }
+    r->ctx->verbose = level > PT_VERBOSITY_MAX ? PT_VERBOSITY_MAX : (int)level;
+    REPLY(r, "OK");
+    return 0;
+}
+
+static void emit_stat(void *arg, const char *name, const char *value)
+{
+    pt_out *o = arg;
+    size_t nn = strlen(name), nv = strlen(value);
+    if (nn + nv + 9 > PT_OUTBUF) /* never for real stats; stay correct */
+        return;
+    char *p = out_reserve(o, nn + nv + 9);
+    p = PUT_LIT(p, "STAT ");
+    p = put_mem(p, name, nn);
+    *p++ = ' ';
+    p = put_mem(p, value, nv);
+    p = PUT_LIT(p, "\r\n");
+    out_commit(o, p);
+}
+
+/* stats [group]: the daemon lists the groups; "reset" and "detail" here. */
+static int cmd_stats(pt_req *r)
+{
+    char group[64];
+
+    if (r->nt == 1) {
+        stats_emit_group("", emit_stat, r->o);
+        OUT_LIT(r->o, "END\r\n");
+        return 0;
+    }
+    const pt_tok *g = &r->t[1];
+    if (TOK_IS(g, "reset")) {
+        stats_reset();
+        REPLY(r, "RESET");
+        return 0;
+    }
+    if (TOK_IS(g, "detail")) {
+        /* per-prefix stats are not collected: on/off accepted, dump empty */
+        if (r->nt >= 3 && (TOK_IS(&r->t[2], "on") || TOK_IS(&r->t[2], "off")))
+            REPLY(r, "OK");
+        else if (r->nt >= 3 && TOK_IS(&r->t[2], "dump"))
+            REPLY(r, "END");
+        else
+            REPLY(r, "CLIENT_ERROR usage: stats detail on|off|dump");
+        return 0;
+    }
+    if (g->n >= sizeof(group)) {
+        REPLY(r, "ERROR");
+        return 0;
+    }
+    memcpy(group, g->s, g->n);
+    group[g->n] = '\0';
+    /* a failed group may have emitted lines: list into a side buffer */
+    pt_out *side = malloc(sizeof(*side));
+    if (side == NULL) {
+        REPLY(r, "SERVER_ERROR out of memory writing stats");
+        return 0;
+    }
+    side->ev = evbuffer_new();
+    side->n = 0;
+    if (side->ev == NULL) {
+        free(side);
+        REPLY(r, "SERVER_ERROR out of memory writing stats");
+        return 0;
+    }
+    if (stats_emit_group(group, emit_stat, side) == 0) {
+        out_flush(side);
+        out_flush(r->o);
+        evbuffer_add_buffer(r->o->ev, side->ev);
+        OUT_LIT(r->o, "END\r\n");
+    } else {
+        REPLY(r, "ERROR");
+    }
+    evbuffer_free(side->ev);
+    free(side);
+    return 0;
+}
+
+/* shutdown [graceful] */
+static int cmd_shutdown(pt_req *r)
+{
+    if (!r->ctx->cfg->shutdown_enabled) {
+        REPLY(r, "ERROR: shutdown not enabled");
+        return 0;
+    }
+    if (r->nt == 1 || (r->nt == 2 && TOK_IS(&r->t[1], "graceful")))
+        return PT_SHUTDOWN;
+    REPLY(r, "CLIENT_ERROR invalid shutdown mode");
+    return 0;
+}
+
+static int cmd_version(pt_req *r)
+{
+    const char *v = r->ctx->cfg->version ? r->ctx->cfg->version : "";
+    OUT_LIT(r->o, "VERSION ");
+    out_put(r->o, v, strlen(v));
+    OUT_LIT(r->o, "\r\n");
+    return 0;
+}
+
+/* ======================================================= meta commands */
+
+/* Parsed meta flags (memcached's preparse: every command accepts all). */
+typedef struct pt_meta {
+    uint64_t seen[2]; /* flag characters seen, bit per ASCII code */
+    const char *key;  /* the key to use (decoded when b) */
+    size_t nkey;
+    bool bin; /* key was base64 */
+    bool q, v;
+    bool has_T, has_N, has_C;
+    int64_t T, N;
+    uint64_t C, D, J;
+    uint32_t F;
+    char M;
+    const pt_tok *opaque;
+    char kbuf[PT_KEY_MAX];
+} pt_meta;
+
+static bool meta_has(const pt_meta *m, unsigned char c)
+{
+    return m->seen[c >> 6] >> (c & 63) & 1;
+}
+
+/*
+ * Parses the flags of tokens [start, nt). Returns 0, or -1 with *err set
+ * to memcached's message for the first problem it reports.
+ */
+static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
+{
+    bool bad = false;
+    memset(m, 0, offsetof(pt_meta, kbuf));
+    m->key = r->t[1].s;
+    m->nkey = r->t[1].n;
+    m->D = 1;
+    for (size_t i = start; i < r->nt; i++) {
+        const pt_tok *t = &r->t[i];
+        unsigned char c = (unsigned char)t->s[0];
+        if (c >= 127 || meta_has(m, c)) {
+            *err = "CLIENT_ERROR duplicate flag";
+            return -1;
+        }
+        m->seen[c >> 6] |= (uint64_t)1 << (c & 63);
+        switch (c) {
+        case 'b': {
+            size_t n = b64_decode(r->t[1].s, r->t[1].n, m->kbuf);
+            if (n == 0) {
+                *err = "CLIENT_ERROR error decoding key";
+                bad = true;
+            }
+            m->key = m->kbuf;
+            m->nkey = n;
+            m->bin = true;
+            break;
+        }
+        case 'N':
+        case 'T': {
+            int64_t v;
+            if (!parse_i64(t->s + 1, t->n - 1, &v)) {
+                *err = "CLIENT_ERROR bad token in command line format";
+                bad = true;
+            } else if (c == 'N') {
+                m->has_N = true;
+                m->N = v;
+            } else {
+                m->has_T = true;
+                m->T = v;
+            }
+            break;
+        }
+        case 'O':
+            m->opaque = t;
+            break;
+        case 'P': /* proxy hints */
+        case 'L':
+        case 'k':
+        case 's':
+        case 't':
+        case 'c':
+        case 'f':
+        case 'h':
+        case 'l':
+        case 'u': /* no LRU bump: the store has no bump to skip */
+            break;
+        case 'v':
+            m->v = true;
+            break;
+        case 'q':
+            m->q = true;
+            break;
+        case 'F':
+            if (!parse_u32(t->s + 1, t->n - 1, &m->F))
+                bad = true;
+            break;
+        case 'C':
+            if (!parse_u64(t->s + 1, t->n - 1, &m->C)) {
+                *err = "CLIENT_ERROR bad token in command line format";
+                bad = true;
+            } else {
+                m->has_C = true;
+            }
+            break;
+        case 'M':
+            if (t->n != 2) {
+                *err = "CLIENT_ERROR incorrect length for M token";
+                bad = true;
+            } else {
+                m->M = t->s[1];
+            }
+            break;
+        case 'J':
+            if (!parse_u64(t->s + 1, t->n - 1, &m->J)) {
+                *err = "CLIENT_ERROR invalid numeric initial value";
+                bad = true;
+            }
+            break;
+        case 'D':
+            if (!parse_u64(t->s + 1, t->n - 1, &m->D)) {
+                *err = "CLIENT_ERROR invalid numeric delta value";
+                bad = true;
+            }
+            break;
+        default: /* unknown, or R/I/E (stale-while-revalidate, not kept) */
+            *err = "CLIENT_ERROR invalid flag";
+            return -1;
+        }
+    }
+    return bad ? -1 : 0;
+}
+
+/* The checks every meta command makes after its flags parsed. */
+static const char *meta_check(const pt_meta *m)
+{
+    if (m->opaque && m->opaque->n > PT_OPAQUE_MAX)
+        return "CLIENT_ERROR opaque token too long";
+    if (!m->bin && !key_ok(m->key, m->nkey))
+        return "CLIENT_ERROR bad command line format";
+    return NULL;
+}
+
+static void reply_err(pt_req *r, const char *err)
+{
+    r->noreply = false;
+    reply(r, err, strlen(err));
+}
+
+/* " k<key>" (base64 and " b" for a binary key). */
+static char *put_meta_key(char *p, const pt_meta *m)
+{
+    p = PUT_LIT(p, " k");
+    if (!m->bin)
+        return put_mem(p, m->key, m->nkey);
+    p = b64_encode(p, (const unsigned char *)m->key, m->nkey);
+    return PUT_LIT(p, " b");
+}
+
+static char *put_opaque(char *p, const pt_tok *t)
+{
+    *p++ = ' ';
+    return put_mem(p, t->s, t->n);
+}
+
+/* Appends the O and k flags in request order (miss/failure replies). */
+static char *put_ok_flags(char *p, pt_req *r, size_t start, const pt_meta *m)
+{
+    for (size_t i = start; i < r->nt; i++) {
+        if (r->t[i].s[0] == 'O')
+            p = put_opaque(p, &r->t[i]);
+        else if (r->t[i].s[0] == 'k')
+            p = put_meta_key(p, m);
+    }
+    return p;
+}
+
+/* Common head of mg/md/ma/me: token count, key length, flag count. */
+static bool meta_head(pt_req *r, bool mg)
+{
+    if (r->nt < 2) {
+        REPLY(r, "ERROR");
+        return false;
+    }
+    if (r->t[1].n > PT_KEY_MAX) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return false;
+    }
+    if (r->nt + 1 > PT_META_MAX_TOKENS) {
+        if (mg)
+            REPLY(r, "CLIENT_ERROR options flags are too long");
+        else
+            REPLY(r, "CLIENT_ERROR options flags too long");
+        return false;
+    }
+    return true;
+}
+
+/* mg <key> <flags>* */
+static int cmd_mg(pt_req *r)
+{
+    pt_meta m;
+    const char *err = NULL;
+    store *s = r->ctx->store;
+    bool won = false;
+
+    if (!meta_head(r, true))
+        return 0;
+    if (meta_parse(r, 2, &m, &err) != 0 || (err = meta_check(&m)) != NULL) {
+        reply_err(r, err);
+        return 0;
+    }
+    STAT(r, cmd_meta);
+    store_item *it;
+    if (m.has_T)
+        it = store_gat(s, m.key, m.nkey, store_exptime_abs(s, m.T));
+    else
+        it = store_get(s, m.key, m.nkey);
+    if (it == NULL && m.has_N) {
+        /* vivify: an empty item; this request wins the right to fill it */
+        store_write w = {.mode = STORE_ADD,
+                         .key = m.key,
+                         .nkey = m.nkey,
+                         .value = "",
+                         .nvalue = 0,
+                         .exptime = store_exptime_abs(s, m.N)};
+        won = store_write_item(s, &w, NULL) == STORE_STORED;
+        it = store_get(s, m.key, m.nkey);
+    }
+    if (m.has_T)
+        STAT(r, cmd_touch);
+    else
+        STAT(r, cmd_get);
+    if (it == NULL) {
+        if (m.has_T)
+            STAT(r, touch_misses);
+        else
+            STAT(r, get_misses);
+        if (m.q)
+            return 0;
+        char *p = out_reserve(r->o, PT_LINE_MAX);
+        p = PUT_LIT(p, "EN");
+        p = put_ok_flags(p, r, 2, &m);
+        p = PUT_LIT(p, "\r\n");
+        out_commit(r->o, p);
+        return 0;
+    }
+    if (m.has_T)
+        STAT(r, touch_hits);
+    else
+        STAT(r, get_hits);
+
+    size_t nval;
+    const char *val = store_item_value(it, &nval);
+    char *p = out_reserve(r->o, PT_LINE_MAX);
+    if (m.v) {
+        p = PUT_LIT(p, "VA ");
+        p = fmt_u64(p, nval);
+    } else {
+        p = PUT_LIT(p, "HD");
+    }
+    for (size_t i = 2; i < r->nt; i++) {
+        switch (r->t[i].s[0]) {
+        case 's':
+            p = PUT_LIT(p, " s");
+            p = fmt_u64(p, nval);
+            break;
+        case 't':
+            p = PUT_LIT(p, " t");
+            p = fmt_i64(p, ttl_left(s, store_item_exptime(it)));
+            break;
+        case 'c':
+            p = PUT_LIT(p, " c");
+            p = fmt_u64(p, item_cas(r, it));
+            break;
+        case 'f':
+            p = PUT_LIT(p, " f");
+            p = fmt_u64(p, store_item_flags(it));
+            break;
+        case 'l': {
+            int64_t la = store_item_last_access(it);
+            p = PUT_LIT(p, " l");
+            p = fmt_i64(p, la < 0 ? 0 : la);
+            break;
+        }
+        case 'h':
+            p = store_item_fetched(it) ? PUT_LIT(p, " h1") : PUT_LIT(p, " h0");
+            break;
+        case 'O':
+            p = put_opaque(p, &r->t[i]);
+            break;
+        case 'k':
+            p = put_meta_key(p, &m);
+            break;
+        default:
+            break;
+        }
+    }
+    if (won)
+        p = PUT_LIT(p, " W");
+    p = PUT_LIT(p, "\r\n");
+    out_commit(r->o, p);
+    if (m.v)
+        out_value(r->o, it, val, nval);
+    else
+        store_item_release(it);
+    return 0;
+}
+
+/* ms <key> <datalen> <flags>*, then the data block. */
+static int cmd_ms(pt_req *r)
+{
+    pt_meta m;
+    const char *err = "CLIENT_ERROR bad command line format";
+    int64_t vlen;
+    enum store_set_mode mode = STORE_SET;
+
+    if (r->nt < 2) {
+        REPLY(r, "ERROR");
+        return 0;
+    }
+    if (r->t[1].n > PT_KEY_MAX || r->nt == 2) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
+    }
+    if (r->nt + 1 > PT_META_MAX_TOKENS) {
+        REPLY(r, "CLIENT_ERROR options flags too long");
+        return 0;
+    }
+    if (!parse_i64(r->t[2].s, r->t[2].n, &vlen) || vlen < 0 ||
+        vlen > INT_MAX - 2) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
+    }
+    /* from here on errors swallow the data block */
+    if (meta_parse(r, 3, &m, &err) != 0 || (err = meta_check(&m)) != NULL)
+        goto refuse;
+    switch (m.M) {
+    case 0:
+    case 'S':
+        mode = STORE_SET;
+        break;
+    case 'E':
+        mode = STORE_ADD;
+        break;
+    case 'A':
+        mode = STORE_APPEND;
+        break;
+    case 'P':
+        mode = STORE_PREPEND;
+        break;
+    case 'R':
+        mode = STORE_REPLACE;
+        break;
+    default:
+        err = "CLIENT_ERROR invalid mode for ms M token";
+        goto refuse;
+    }
+    if (too_large(r, m.nkey, vlen)) {
+        STAT(r, store_too_large);
+        err = "SERVER_ERROR object too large for cache";
+        goto refuse;
+    }
+    if (r->avail < (size_t)vlen + 2) {
+        r->need = r->linesz + (size_t)vlen + 2;
+        return PT_NEED;
+    }
+    STAT(r, cmd_meta);
+    STAT(r, cmd_set);
+    if (r->data[vlen] != '\r' || r->data[vlen + 1] != '\n') {
+        reply_err(r, "CLIENT_ERROR bad data chunk");
+        return (int)vlen + 2;
+    }
+    /* a cas turns set and replace into cas; add ignores it */
+    uint64_t cas = 0, cas_out = 0;
+    if (m.has_C) {
+        if (mode == STORE_SET || mode == STORE_REPLACE)
+            mode = STORE_CAS;
+        if (mode != STORE_ADD)
+            cas = m.C;
+    }
+    store_write w = {
+        .mode = mode,
+        .key = m.key,
+        .nkey = m.nkey,
+        .value = r->data,
+        .nvalue = (size_t)vlen,
+        .flags = m.F,
+        .exptime = m.has_T ? store_exptime_abs(r->ctx->store, m.T) : 0,
+        .cas = cas,
+    };
+    int rc = do_write(r, &w, &cas_out);
+    if (mode == STORE_CAS)
+        count_cas(r, rc);
+    char *p = out_reserve(r->o, PT_LINE_MAX);
+    switch (rc) {
+    case STORE_STORED:
+        if (m.q)
+            return (int)vlen + 2;
+        p = PUT_LIT(p, "HD");
+        break;
+    case STORE_EXISTS:
+        p = PUT_LIT(p, "EX");
+        break;
+    case STORE_NOT_FOUND:
+        p = PUT_LIT(p, "NF");
+        break;
+    case STORE_NOT_STORED:
+        p = PUT_LIT(p, "NS");
+        break;
+    default:
+        r->noreply = false;
+        reply_store_rc(r, rc);
+        return (int)vlen + 2;
+    }
+    for (size_t i = 3; i < r->nt; i++) {
+        switch (r->t[i].s[0]) {
+        case 'O':
+            p = put_opaque(p, &r->t[i]);
+            break;
+        case 'k':
+            p = put_meta_key(p, &m);
+            break;
+        case 'c':
+            p = PUT_LIT(p, " c");
+            p = fmt_u64(p, rc == STORE_STORED && r->ctx->cfg->cas_enabled
+                               ? cas_out
+                               : 0);
+            break;
+        default:
+            break;
+        }
+    }
+    p = PUT_LIT(p, "\r\n");
+    out_commit(r->o, p);
+    return (int)vlen + 2;
+
+refuse:
+    reply_err(r, err);
+    swallow(r, vlen);
+    return 0;
+}
+
+/* md <key> <flags>* */
+static int cmd_md(pt_req *r)
+{
+    pt_meta m;
+    const char *err = NULL;
+
+    if (!meta_head(r, false))
+        return 0;
+    if (meta_parse(r, 2, &m, &err) != 0) {
+        REPLY(r, "CLIENT_ERROR invalid or duplicate flag");
+        return 0;
+    }
+    if ((err = meta_check(&m)) != NULL) {
+        reply_err(r, err);
+        return 0;
+    }
+    STAT(r, cmd_meta);
+    int rc = store_delete(r->ctx->store, m.key, m.nkey, m.has_C ? m.C : 0);
+    char *p = out_reserve(r->o, PT_LINE_MAX);
+    if (rc == STORE_DELETED) {
+        STAT(r, delete_hits);
+        if (m.q)
+            return 0;
+        p = PUT_LIT(p, "HD");
+    } else {
+        STAT(r, delete_misses);
+        p = rc == STORE_EXISTS ? PUT_LIT(p, "EX") : PUT_LIT(p, "NF");
+    }
+    p = put_ok_flags(p, r, 2, &m);
+    p = PUT_LIT(p, "\r\n");
+    out_commit(r->o, p);
+    return 0;
+}
+
+/* ma <key> <flags>* */
+static int cmd_ma(pt_req *r)
+{
+    pt_meta m;
+    const char *err = NULL;
+    store *s = r->ctx->store;
+    bool incr = true;
+    uint64_t value = 0, cas = 0;
+
+    if (!meta_head(r, false))
+        return 0;
+    if (meta_parse(r, 2, &m, &err) != 0) {
+        REPLY(r, "CLIENT_ERROR invalid or duplicate flag");
+        return 0;
+    }
+    switch (m.M) {
+    case 0:
+    case 'I':
+    case '+':
+        break;
+    case 'D':
+    case '-':
+        incr = false;
+        break;
+    default:
+        reply_err(r, "CLIENT_ERROR invalid mode for ma M token");
+        return 0;
+    }
+    if ((err = meta_check(&m)) != NULL) {
+        reply_err(r, err);
+        return 0;
+    }
+    STAT(r, cmd_meta);
+    store_arith_req a = {
+        .key = m.key,
+        .nkey = m.nkey,
+        .incr = incr,
+        .delta = m.D,
+        .cas = m.has_C ? m.C : 0,
+        .vivify = m.has_N,
+        .initial = m.J,
+        .exptime = m.has_N ? store_exptime_abs(s, m.N) : 0,
+    };
+    int rc = store_arith(s, &a, &value, &cas);
+    char *p = out_reserve(r->o, PT_LINE_MAX);
+    switch (rc) {
+    case STORE_OK:
+    case STORE_STORED:
+        break;
+    case STORE_NOT_FOUND:
+        if (incr)
+            STAT(r, incr_misses);
+        else
+            STAT(r, decr_misses);
+        p = PUT_LIT(p, "NF");
+        goto tail;
+    case STORE_EXISTS:
+        p = PUT_LIT(p, "EX");
+        goto tail;
+    case STORE_NON_NUMERIC:
+        reply_err(r, "CLIENT_ERROR cannot increment or decrement "
+                     "non-numeric value");
+        return 0;
+    default:
+        reply_err(r, "SERVER_ERROR out of memory");
+        return 0;
+    }
+
+    if (rc == STORE_OK) {
+        if (incr)
+            STAT(r, incr_hits);
+        else
+            STAT(r, decr_hits);
+    }
+    /* T updates the ttl after the change (a second mutation) */
+    int64_t exptime = a.exptime;
+    bool have_item_info = rc == STORE_STORED;
+    if (m.has_T) {
+        exptime = store_exptime_abs(s, m.T);
+        store_touch(s, m.key, m.nkey, exptime);
+        have_item_info = false;
+    }
+    if (!have_item_info && (meta_has(&m, 't') || meta_has(&m, 'c'))) {
+        store_item *it = store_get(s, m.key, m.nkey);
+        if (it) {
+            exptime = store_item_exptime(it);
+            cas = store_item_cas(it);
+            store_item_release(it);
+        }
+    }
+    /* memcached hides a quiet success, but not a vivified creation */
+    if (m.q && rc == STORE_OK)
+        return 0;
+    char num[24];
+    size_t nnum = (size_t)(fmt_u64(num, value) - num);
+    if (m.v) {
+        p = PUT_LIT(p, "VA ");
+        p = fmt_u64(p, nnum);
+    } else {
+        p = PUT_LIT(p, "HD");
+    }
+    for (size_t i = 2; i < r->nt; i++) {
+        switch (r->t[i].s[0]) {
+        case 'c':
+            p = PUT_LIT(p, " c");
+            p = fmt_u64(p, r->ctx->cfg->cas_enabled ? cas : 0);
+            break;
+        case 't':
+            p = PUT_LIT(p, " t");
+            p = fmt_i64(p, ttl_left(s, exptime));
+            break;
+        case 'O':
+            p = put_opaque(p, &r->t[i]);
+            break;
+        case 'k':
+            p = put_meta_key(p, &m);
+            break;
+        default:
+            break;
+        }
+    }
+    p = PUT_LIT(p, "\r\n");
+    if (m.v) {
+        p = put_mem(p, num, nnum);
+        p = PUT_LIT(p, "\r\n");
+    }
+    out_commit(r->o, p);
+    return 0;
+
+tail:
+    p = put_ok_flags(p, r, 2, &m);
+    p = PUT_LIT(p, "\r\n");
+    out_commit(r->o, p);
+    return 0;
+}
+
+/* me <key> [b]: memcached's debug line for an item. */
+static int cmd_me(pt_req *r)
+{
+    char kbuf[PT_KEY_MAX];
+    const char *key;
+    size_t nkey;
+    bool bin = false;
+    store *s = r->ctx->store;
+
+    if (r->nt < 2 || r->t[1].n > PT_KEY_MAX) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
+    }
+    key = r->t[1].s;
+    nkey = r->t[1].n;
+    if (r->nt >= 3 && TOK_IS(&r->t[2], "b")) {
+        nkey = b64_decode(key, nkey, kbuf);
+        key = kbuf;
+        bin = true;
+        if (nkey == 0) {
+            REPLY(r, "CLIENT_ERROR bad command line format");
+            return 0;
+        }
+    } else if (!key_ok(key, nkey)) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
+    }
+    STAT(r, cmd_meta);
+    store_item *it = store_get(s, key, nkey);
+    if (it == NULL) {
+        REPLY(r, "EN");
+        return 0;
+    }
+    size_t nval;
+    (void)store_item_value(it, &nval);
+    int64_t la = store_item_last_access(it);
+    char *p = out_reserve(r->o, PT_LINE_MAX);
+    p = PUT_LIT(p, "ME ");
+    if (bin)
+        p = b64_encode(p, (const unsigned char *)key, nkey);
+    else
+        p = put_mem(p, key, nkey);
+    p = PUT_LIT(p, " exp=");
+    p = fmt_i64(p, ttl_left(s, store_item_exptime(it)));
+    p = PUT_LIT(p, " la=");
+    p = fmt_i64(p, la < 0 ? 0 : la);
+    p = PUT_LIT(p, " cas=");
+    p = fmt_u64(p, item_cas(r, it));
+    p = store_item_fetched(it) ? PUT_LIT(p, " fetch=yes")
+                               : PUT_LIT(p, " fetch=no");
+    p = PUT_LIT(p, " cls=1 size=");
+    p = fmt_u64(p, nkey + nval);
+    p = PUT_LIT(p, "\r\n");
+    out_commit(r->o, p);
+    store_item_release(it);
+    return 0;
+}
+
+/* ============================================================ dispatch */
+
+#define CMD_IS(t, lit)                                                        \
+    ((t)->n == sizeof(lit) - 1 && memcmp((t)->s, lit, sizeof(lit) - 1) == 0)
+
+/*
+ * Executes the request whose line is r->line. Returns the bytes of data
+ * block it consumed after the line (>= 0), or PT_NEED/PT_CLOSE/PT_SHUTDOWN.
+ */
+static int dispatch(pt_req *r)
+{
+    tokenize(r);
+    if (r->nt == 0 || r->t[0].n < 2) {
+        REPLY(r, "ERROR");
+        return 0;
+    }
+    const pt_tok *c = &r->t[0];
+    if (c->n == 2 && c->s[0] == 'm') {
+        switch (c->s[1]) {
+        case 'g':
+            return cmd_mg(r);
+        case 's':
+            return cmd_ms(r);
+        case 'd':
+            return cmd_md(r);
+        case 'a':
+            return cmd_ma(r);
+        case 'n':
+            STAT(r, cmd_meta);
+            OUT_LIT(r->o, "MN\r\n");
+            return 0;
+        case 'e':
+            return cmd_me(r);
+        default:
+            break;
+        }
+    }
+    switch (c->s[0]) {
+    case 'g':
+        if (CMD_IS(c, "get"))
+            return cmd_get(r, false, false);
+        if (CMD_IS(c, "gets"))
+            return cmd_get(r, true, false);
+        if (CMD_IS(c, "gat"))
+            return cmd_get(r, false, true);
+        if (CMD_IS(c, "gats"))
+            return cmd_get(r, true, true);
+        break;
+    case 's':
+        if (CMD_IS(c, "set"))
+            return cmd_store(r, STORE_SET);
+        if (CMD_IS(c, "stats"))
+            return cmd_stats(r);
+        if (CMD_IS(c, "shutdown"))
+            return cmd_shutdown(r);
+        break;
+    case 'a':
+        if (CMD_IS(c, "add"))
+            return cmd_store(r, STORE_ADD);
+        if (CMD_IS(c, "append"))
+            return cmd_store(r, STORE_APPEND);
+        break;
+    case 'r':
+        if (CMD_IS(c, "replace"))
+            return cmd_store(r, STORE_REPLACE);
+        break;
+    case 'p':
+        if (CMD_IS(c, "prepend"))
+            return cmd_store(r, STORE_PREPEND);
+        break;
+    case 'c':
+        if (CMD_IS(c, "cas"))
+            return cmd_store(r, STORE_CAS);
+        break;
+    case 'd':
+        if (CMD_IS(c, "delete"))
+            return cmd_delete(r);
+        if (CMD_IS(c, "decr"))
+            return cmd_arith(r, false);
+        break;
+    case 'i':
+        if (CMD_IS(c, "incr"))
+            return cmd_arith(r, true);
+        break;
+    case 't':
+        if (CMD_IS(c, "touch"))
+            return cmd_touch(r);
+        break;
+    case 'b':
+        if (CMD_IS(c, "bget")) /* memcached's ancient alias of get */
+            return cmd_get(r, false, false);
+        break;
+    case 'f':
+        if (CMD_IS(c, "flush_all"))
+            return cmd_flush_all(r);
+        break;
+    case 'v':
+        if (CMD_IS(c, "version"))
+            return cmd_version(r);
+        if (CMD_IS(c, "verbosity"))
+            return cmd_verbosity(r);
+        break;
+    case 'q':
+        if (CMD_IS(c, "quit"))
+            return PT_CLOSE;
+        break;
+    default:
+        break;
+    }
+    /* memcached hangs up on what looks like an HTTP request */
+    if (r->nt > 1 && r->t[r->nt - 1].n >= 5 &&
+        memcmp(r->t[r->nt - 1].s, "HTTP/", 5) == 0)
+        return PT_CLOSE;
+    REPLY(r, "ERROR");
+    return 0;
+}
+
+/* ================================================================ loop */
+
+static pt_state *state_of(proto_ctx *ctx)
+{
+    if (ctx->text == NULL)
+        ctx->text = calloc(1, sizeof(pt_state));
+    return ctx->text;
+}
+
+void proto_text_free(proto_ctx *ctx)
+{
+    free(ctx->text);
+    ctx->text = NULL;
+}
+
+/* A contiguous view of the front of the input buffer. */
+typedef struct pt_view {
+    struct evbuffer *in;
+    const char *base; /* start of the view (the buffer's first byte) */
+    size_t len;       /* bytes in the view */
+    size_t off;       /* bytes of the view consumed, not yet drained */
+} pt_view;
+
+static void view_peek(pt_view *v)
+{
+    struct evbuffer_iovec vec;
+    if (evbuffer_peek(v->in, -1, NULL, &vec, 1) < 1) {
+        v->base = NULL;
+        v->len = 0;
+    } else {
+        v->base = vec.iov_base;
+        v->len = vec.iov_len;
+    }
+    v->off = 0;
+}
+
+static void view_drain(pt_view *v)
+{
+    if (v->off) {
+        evbuffer_drain(v->in, v->off);
+        v->off = 0;
+    }
+}
+
+/*
+ * Makes at least `need` unconsumed bytes contiguous (or all there are, if
+ * fewer). Returns how many unconsumed bytes the view now holds.
+ */
+static size_t view_grow(pt_view *v, size_t need)
+{
+    view_drain(v);
+    size_t total = evbuffer_get_length(v->in);
+    if (need > total)
+        need = total;
+    if (need > 0 && evbuffer_pullup(v->in, (ev_ssize_t)need) == NULL)
+        need = 0;
+    view_peek(v);
+    return v->len;
+}
+
+static size_t view_total(pt_view *v)
+{
+    return evbuffer_get_length(v->in) - v->off;
+}
+
+int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
+                       struct evbuffer *out)
+{
+    pt_state *st = state_of(ctx);
+    pt_out o;
+    pt_view v = {.in = in};
+    size_t max_line =
+        ctx->cfg->max_line ? ctx->cfg->max_line : PT_DEFAULT_MAX_LINE;
+    int rc = PROTO_OK;
+
+    if (st == NULL) {
+        evbuffer_add(out, "SERVER_ERROR out of memory\r\n", 28);
+        return PROTO_CLOSE;
+    }
+    o.ev = out;
+    o.n = 0;
+    view_peek(&v);
+    for (;;) {
+        size_t avail = v.len - v.off;
+        if (avail == 0) {
+            if (view_total(&v) == 0)
+                break;
+            view_grow(&v, 1);
+            continue;
+        }
+        const char *p = v.base + v.off;
+        if (st->swallow) {
+            size_t n = avail < st->swallow ? avail : (size_t)st->swallow;
+            v.off += n;
+            st->swallow -= n;
+            continue;
+        }
+        const char *nl = memchr(p, '\n', avail);
+        if (st->skip_line) {
+            v.off += nl ? (size_t)(nl - p) + 1 : avail;
+            st->skip_line = nl == NULL;
+            continue;
+        }
+        if (nl == NULL) {
+            if (avail > max_line) {
+                /* no newline within max_line: refuse, drop up to it */
+                OUT_LIT(&o, "CLIENT_ERROR line too long\r\n");
+                st->skip_line = true;
+                continue;
+            }
+            size_t total = view_total(&v);
+            size_t want = total < max_line + 1 ? total : max_line + 1;
+            if (want > avail && view_grow(&v, want) > avail)
+                continue;
+            break; /* wait for the rest of the line */
+        }
+        size_t linesz = (size_t)(nl - p) + 1;
+        if (linesz > max_line) {
+            OUT_LIT(&o, "CLIENT_ERROR line too long\r\n");
+            v.off += linesz;
+            continue;
+        }
+        pt_req r;
+        r.ctx = ctx;
+        r.st = st;
+        r.o = &o;
+        r.line = p;
+        r.len = linesz - 1;
+        if (r.len > 0 && p[r.len - 1] == '\r')
+            r.len--;
+        r.linesz = linesz;
+        r.data = nl + 1;
+        r.avail = avail - linesz;
+        r.need = 0;
+        r.noreply = false;
+        int used = dispatch(&r);
+        if (used == PT_NEED) {
+            if (view_total(&v) >= r.need && view_grow(&v, r.need) >= r.need)
+                continue; /* now contiguous: run the request again */
+            break;
+        }
+        if (used == PT_CLOSE || used == PT_SHUTDOWN) {
+            v.off += linesz;
+            rc = used == PT_CLOSE ? PROTO_CLOSE : PROTO_SHUTDOWN;
+            break;
+        }
+        v.off += linesz + (size_t)used;
+    }
+    view_drain(&v);
+    out_flush(&o);
+    return rc;
+}
