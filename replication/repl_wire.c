@@ -1,0 +1,269 @@
+/*
+ * repl_wire.c -- framing, authentication and mutation records of the peer
+ * channel (see repl_wire.h for the formats).
+ */
+#include "repl_wire.h"
+
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+const char *repl_wire_strerror(int rc)
+{
+    switch (rc) {
+    case REPL_WIRE_OK:
+        return "ok";
+    case REPL_WIRE_NEED_MORE:
+        return "incomplete frame";
+    case REPL_WIRE_ERR_MAGIC:
+        return "not a peer frame of this version";
+    case REPL_WIRE_ERR_TOO_BIG:
+        return "frame larger than allowed";
+    case REPL_WIRE_ERR_AUTH:
+        return "frame authentication failed";
+    case REPL_WIRE_ERR_FORMAT:
+        return "malformed payload";
+    case REPL_WIRE_ERR_SPACE:
+        return "output buffer too small";
+    case REPL_WIRE_ERR_CRYPTO:
+        return "crypto library failure";
+    default:
+        return "unknown error";
+    }
+}
+
+/* ============================================================ integers */
+
+void repl_wire_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void repl_wire_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+uint32_t repl_wire_get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+uint64_t repl_wire_get_u64(const uint8_t *p)
+{
+    return (uint64_t)repl_wire_get_u32(p) | (uint64_t)repl_wire_get_u32(p + 4)
+                                                << 32;
+}
+
+/* =========================================================== handshake */
+
+int repl_wire_nonce(uint8_t out[REPL_WIRE_NONCE])
+{
+    return RAND_bytes(out, REPL_WIRE_NONCE) == 1 ? REPL_WIRE_OK
+                                                 : REPL_WIRE_ERR_CRYPTO;
+}
+
+/*
+ * HMAC-SHA256(secret, label || extra || client nonce || server nonce ||
+ * client node || server node): binds every derived value to both nonces
+ * and both identities, so no proof or key carries over to another
+ * connection.
+ */
+static int derive(const repl_auth *a, const char *label, int extra,
+                  uint8_t out[32])
+{
+    uint8_t msg[32 + 1 + 2 * REPL_WIRE_NONCE + 8];
+    size_t n = strlen(label);
+    memcpy(msg, label, n);
+    msg[n++] = (uint8_t)extra;
+    memcpy(msg + n, a->client_nonce, REPL_WIRE_NONCE);
+    n += REPL_WIRE_NONCE;
+    memcpy(msg + n, a->server_nonce, REPL_WIRE_NONCE);
+    n += REPL_WIRE_NONCE;
+    repl_wire_put_u32(msg + n, a->client_node);
+    repl_wire_put_u32(msg + n + 4, a->server_node);
+    n += 8;
+    unsigned int outlen = 0;
+    if (!HMAC(EVP_sha256(), a->secret, (int)a->nsecret, msg, n, out,
+              &outlen) ||
+        outlen != 32)
+        return REPL_WIRE_ERR_CRYPTO;
+    return REPL_WIRE_OK;
+}
+
+int repl_wire_derive(repl_auth *a)
+{
+    return derive(a, "ribltcache session key", 0, a->session_key);
+}
+
+int repl_wire_proof(const repl_auth *a, int role, uint8_t out[32])
+{
+    return derive(a, "ribltcache proof", role, out);
+}
+
+bool repl_wire_proof_ok(const repl_auth *a, int role, const uint8_t *proof,
+                        size_t n)
+{
+    uint8_t want[32];
+    if (n != sizeof(want) || repl_wire_proof(a, role, want) != REPL_WIRE_OK)
+        return false;
+    return CRYPTO_memcmp(want, proof, sizeof(want)) == 0;
+}
+
+/* ============================================================== frames */
+
+static bool is_handshake(uint8_t type)
+{
+    return type == REPL_MSG_HELLO || type == REPL_MSG_CHALLENGE;
+}
+
+static int tag_of(const uint8_t *key, const uint8_t *data, size_t n,
+                  uint8_t out[REPL_WIRE_TAG])
+{
+    unsigned int outlen = 0;
+    if (!HMAC(EVP_sha256(), key, 32, data, n, out, &outlen) ||
+        outlen != REPL_WIRE_TAG)
+        return REPL_WIRE_ERR_CRYPTO;
+    return REPL_WIRE_OK;
+}
+
+int repl_wire_parse(const uint8_t *buf, size_t len, const uint8_t *key,
+                    uint64_t expect_seq, uint32_t max_payload, repl_frame *out,
+                    size_t *used)
+{
+    if (len < REPL_WIRE_HEADER)
+        return REPL_WIRE_NEED_MORE;
+    if (buf[0] != 'R' || buf[1] != 'B' || buf[2] != REPL_WIRE_VERSION)
+        return REPL_WIRE_ERR_MAGIC;
+    uint8_t type = buf[3];
+    uint32_t length = repl_wire_get_u32(buf + 4);
+    if (max_payload > REPL_WIRE_MAX_PAYLOAD)
+        max_payload = REPL_WIRE_MAX_PAYLOAD;
+    /* Checked before waiting for the payload: nothing big is buffered. */
+    if (length > max_payload)
+        return REPL_WIRE_ERR_TOO_BIG;
+    size_t total = repl_wire_frame_size(length);
+    if (len < total)
+        return REPL_WIRE_NEED_MORE;
+    const uint8_t *tag = buf + REPL_WIRE_HEADER + length;
+    if (key == NULL) {
+        static const uint8_t zero[REPL_WIRE_TAG];
+        if (!is_handshake(type) || memcmp(tag, zero, REPL_WIRE_TAG) != 0)
+            return REPL_WIRE_ERR_AUTH;
+    } else {
+        uint8_t want[REPL_WIRE_TAG];
+        if (is_handshake(type))
+            return REPL_WIRE_ERR_AUTH;
+        if (tag_of(key, buf, REPL_WIRE_HEADER + length, want) != REPL_WIRE_OK)
+            return REPL_WIRE_ERR_CRYPTO;
+        if (CRYPTO_memcmp(want, tag, REPL_WIRE_TAG) != 0)
+            return REPL_WIRE_ERR_AUTH;
+    }
+    uint64_t seq = repl_wire_get_u64(buf + 8);
+    /* Authenticated frames must arrive in order, each exactly once. */
+    if (key != NULL && seq != expect_seq)
+        return REPL_WIRE_ERR_AUTH;
+    out->type = type;
+    out->length = length;
+    out->seq = seq;
+    out->payload = buf + REPL_WIRE_HEADER;
+    *used = total;
+    return REPL_WIRE_OK;
+}
+
+long repl_wire_build(uint8_t *out, size_t cap, uint8_t type, uint64_t seq,
+                     const uint8_t *payload, uint32_t length,
+                     const uint8_t *key)
+{
+    if (length > REPL_WIRE_MAX_PAYLOAD)
+        return REPL_WIRE_ERR_TOO_BIG;
+    size_t total = repl_wire_frame_size(length);
+    if (cap < total)
+        return REPL_WIRE_ERR_SPACE;
+    out[0] = 'R';
+    out[1] = 'B';
+    out[2] = REPL_WIRE_VERSION;
+    out[3] = type;
+    repl_wire_put_u32(out + 4, length);
+    repl_wire_put_u64(out + 8, seq);
+    /* memmove: callers may have written the payload in place already. */
+    if (length > 0 && payload != out + REPL_WIRE_HEADER)
+        memmove(out + REPL_WIRE_HEADER, payload, length);
+    uint8_t *tag = out + REPL_WIRE_HEADER + length;
+    if (key == NULL) {
+        memset(tag, 0, REPL_WIRE_TAG);
+    } else if (tag_of(key, out, REPL_WIRE_HEADER + length, tag) !=
+               REPL_WIRE_OK) {
+        return REPL_WIRE_ERR_CRYPTO;
+    }
+    return (long)total;
+}
+
+/* ============================================================= records */
+
+size_t repl_wire_mutation_size(const store_mutation *m)
+{
+    return REPL_WIRE_MUT_FIXED + m->nkey + m->nvalue;
+}
+
+long repl_wire_put_mutation(uint8_t *out, size_t cap, const store_mutation *m)
+{
+    if (m->nkey > UINT16_MAX || m->nvalue > UINT32_MAX)
+        return REPL_WIRE_ERR_FORMAT;
+    size_t n = repl_wire_mutation_size(m);
+    if (cap < n)
+        return REPL_WIRE_ERR_SPACE;
+    riblt_id_to_bytes(&m->id, out);
+    repl_wire_put_u64(out + 16, m->version.ticks);
+    repl_wire_put_u32(out + 24, m->version.node);
+    out[28] = m->kind;
+    repl_wire_put_u32(out + 29, m->flags);
+    repl_wire_put_u64(out + 33, (uint64_t)m->exptime);
+    repl_wire_put_u64(out + 41, m->flush_at);
+    out[49] = (uint8_t)m->nkey;
+    out[50] = (uint8_t)(m->nkey >> 8);
+    repl_wire_put_u32(out + 51, (uint32_t)m->nvalue);
+    if (m->nkey)
+        memcpy(out + REPL_WIRE_MUT_FIXED, m->key, m->nkey);
+    if (m->nvalue)
+        memcpy(out + REPL_WIRE_MUT_FIXED + m->nkey, m->value, m->nvalue);
+    return (long)n;
+}
+
+long repl_wire_get_mutation(const uint8_t *buf, size_t len, size_t max_value,
+                            store_mutation *m)
+{
+    if (len < REPL_WIRE_MUT_FIXED)
+        return REPL_WIRE_ERR_FORMAT;
+    memset(m, 0, sizeof(*m));
+    riblt_id_from_bytes(&m->id, buf);
+    m->version.ticks = repl_wire_get_u64(buf + 16);
+    m->version.node = repl_wire_get_u32(buf + 24);
+    m->kind = buf[28];
+    m->flags = repl_wire_get_u32(buf + 29);
+    m->exptime = (int64_t)repl_wire_get_u64(buf + 33);
+    m->flush_at = repl_wire_get_u64(buf + 41);
+    m->nkey = (size_t)buf[49] | (size_t)buf[50] << 8;
+    m->nvalue = repl_wire_get_u32(buf + 51);
+    if (m->kind > STORE_KIND_FLUSH)
+        return REPL_WIRE_ERR_FORMAT;
+    if (m->kind == STORE_KIND_FLUSH ? m->nkey != 0
+                                    : (m->nkey == 0 || m->nkey > 250))
+        return REPL_WIRE_ERR_FORMAT;
+    if (m->kind != STORE_KIND_VALUE && m->nvalue != 0)
+        return REPL_WIRE_ERR_FORMAT;
+    if (m->nvalue > max_value)
+        return REPL_WIRE_ERR_FORMAT;
+    size_t need = REPL_WIRE_MUT_FIXED + m->nkey + m->nvalue;
+    if (len < need)
+        return REPL_WIRE_ERR_FORMAT;
+    m->key = (const char *)buf + REPL_WIRE_MUT_FIXED;
+    m->value = (const char *)buf + REPL_WIRE_MUT_FIXED + m->nkey;
+    return (long)need;
+}

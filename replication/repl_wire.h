@@ -1,0 +1,155 @@
+/*
+ * repl_wire.h -- the peer channel's wire format: authenticated frames and
+ * the records they carry.
+ *
+ * A peer connection starts with a challenge-response handshake proving both
+ * sides know the cluster secret (HMAC-SHA256, OpenSSL's libcrypto), which
+ * also derives a per-connection session key. Every frame after it is
+ *
+ *   magic "RB" (2) | version (1) | type (1) | length (4, LE) | seq (8, LE)
+ *   | payload (length bytes) | tag (32)
+ *
+ * where tag = HMAC-SHA256(session key, header || payload) and seq counts
+ * the frames sent in each direction from 0, so a frame cannot be replayed,
+ * reordered or moved to another connection. The length is checked against
+ * a hard cap before any byte of the payload is buffered.
+ *
+ * This module is pure: it parses and builds bytes, it does no I/O.
+ */
+#ifndef REPL_WIRE_H
+#define REPL_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "riblt.h"
+#include "store.h"
+
+#define REPL_WIRE_OK 0
+#define REPL_WIRE_NEED_MORE 1      /* not a whole frame yet */
+#define REPL_WIRE_ERR_MAGIC (-1)   /* not our protocol or version */
+#define REPL_WIRE_ERR_TOO_BIG (-2) /* length over the cap */
+#define REPL_WIRE_ERR_AUTH (-3)    /* tag does not verify */
+#define REPL_WIRE_ERR_FORMAT (-4)  /* payload malformed for its type */
+#define REPL_WIRE_ERR_SPACE (-5)   /* output buffer too small */
+#define REPL_WIRE_ERR_CRYPTO (-6)  /* libcrypto failed */
+
+const char *repl_wire_strerror(int rc);
+
+#define REPL_WIRE_VERSION 1
+#define REPL_WIRE_HEADER 16
+#define REPL_WIRE_TAG 32
+#define REPL_WIRE_NONCE 32
+/* Largest payload a peer may send in one frame. */
+#define REPL_WIRE_MAX_PAYLOAD (4u << 20)
+
+enum repl_msg {
+    REPL_MSG_HELLO = 1,        /* node id, nonce (unauthenticated, tag zero) */
+    REPL_MSG_CHALLENGE = 2,    /* node id, nonce (unauthenticated, tag zero) */
+    REPL_MSG_PROOF = 3,        /* client proof (first authenticated frame) */
+    REPL_MSG_ACCEPT = 4,       /* server proof */
+    REPL_MSG_SYMBOLS_REQ = 10, /* offset u64, count u32 */
+    REPL_MSG_SYMBOLS = 11,     /* offset u64, set size i64, symbols */
+    REPL_MSG_FETCH = 12,       /* mutation ids wanted */
+    REPL_MSG_MUTATIONS = 13,   /* mutation records (answer or push) */
+    REPL_MSG_DONE = 14,        /* round finished (stats), no payload */
+    REPL_MSG_ERROR = 15,       /* u32 code, text */
+};
+
+/* A parsed frame header. */
+typedef struct repl_frame {
+    uint8_t type;
+    uint32_t length;
+    uint64_t seq;
+    const uint8_t *payload; /* borrowed from the input buffer */
+} repl_frame;
+
+/* ------------------------------------------------------------ handshake */
+
+/*
+ * Key material of one connection. The secret is borrowed for the life of
+ * the struct; the session key is derived once both nonces are known.
+ */
+typedef struct repl_auth {
+    const uint8_t *secret;
+    size_t nsecret;
+    uint8_t client_nonce[REPL_WIRE_NONCE];
+    uint8_t server_nonce[REPL_WIRE_NONCE];
+    uint32_t client_node, server_node;
+    uint8_t session_key[32];
+} repl_auth;
+
+/* Fills a nonce from the kernel's random source. */
+int repl_wire_nonce(uint8_t out[REPL_WIRE_NONCE]);
+
+/*
+ * Derives the session key and the two proofs from the secret, both nonces
+ * and both node ids. role 0 = client's proof, 1 = server's proof.
+ */
+int repl_wire_derive(repl_auth *a);
+int repl_wire_proof(const repl_auth *a, int role, uint8_t out[32]);
+
+/* Constant-time check of a proof received from the other side. */
+bool repl_wire_proof_ok(const repl_auth *a, int role, const uint8_t *proof,
+                        size_t n);
+
+/* -------------------------------------------------------------- frames */
+
+/*
+ * Parses one frame from buf. Returns REPL_WIRE_OK with *used = bytes of the
+ * whole frame, REPL_WIRE_NEED_MORE, or an error (the connection must then
+ * be dropped). key NULL: the frame must be a HELLO or CHALLENGE, whose tag
+ * is all zero; otherwise the tag is verified with key and seq must equal
+ * expect_seq. max_payload caps the length (at most REPL_WIRE_MAX_PAYLOAD).
+ */
+int repl_wire_parse(const uint8_t *buf, size_t len, const uint8_t *key,
+                    uint64_t expect_seq, uint32_t max_payload, repl_frame *out,
+                    size_t *used);
+
+/*
+ * Writes a frame (header, payload, tag) into out (cap bytes). key NULL
+ * writes a zero tag (handshake only). Returns the frame size or a negative
+ * REPL_WIRE_ERR_*.
+ */
+long repl_wire_build(uint8_t *out, size_t cap, uint8_t type, uint64_t seq,
+                     const uint8_t *payload, uint32_t length,
+                     const uint8_t *key);
+
+/* Size of a frame carrying a payload of n bytes. */
+static inline size_t repl_wire_frame_size(size_t n)
+{
+    return REPL_WIRE_HEADER + n + REPL_WIRE_TAG;
+}
+
+/* ------------------------------------------------------------ records */
+
+/*
+ * A mutation record on the wire:
+ *   id (16) | ticks (8) | node (4) | kind (1) | flags (4) | exptime (8)
+ *   | flush_at (8) | nkey (2) | nvalue (4) | key | value
+ */
+#define REPL_WIRE_MUT_FIXED 55
+
+/* Bytes repl_wire_put_mutation will write for m. */
+size_t repl_wire_mutation_size(const store_mutation *m);
+
+/* Appends m at out (cap bytes). Returns bytes written or ERR_SPACE. */
+long repl_wire_put_mutation(uint8_t *out, size_t cap, const store_mutation *m);
+
+/*
+ * Reads one record from buf. The key and value pointers of *m point into
+ * buf. Returns bytes consumed or REPL_WIRE_ERR_FORMAT (truncated, key of 0
+ * or more than 250 bytes for a non-flush kind, unknown kind, value larger
+ * than max_value).
+ */
+long repl_wire_get_mutation(const uint8_t *buf, size_t len, size_t max_value,
+                            store_mutation *m);
+
+/* Little-endian helpers shared by the record builders. */
+void repl_wire_put_u32(uint8_t *p, uint32_t v);
+void repl_wire_put_u64(uint8_t *p, uint64_t v);
+uint32_t repl_wire_get_u32(const uint8_t *p);
+uint64_t repl_wire_get_u64(const uint8_t *p);
+
+#endif /* REPL_WIRE_H */

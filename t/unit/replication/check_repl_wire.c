@@ -1,0 +1,237 @@
+/*
+ * check_repl_wire.c -- peer frames: authentication, bounds, records.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "repl_wire.h"
+
+static void make_auth(repl_auth *a, const char *secret)
+{
+    memset(a, 0, sizeof(*a));
+    a->secret = (const uint8_t *)secret;
+    a->nsecret = strlen(secret);
+    for (int i = 0; i < REPL_WIRE_NONCE; i++) {
+        a->client_nonce[i] = (uint8_t)i;
+        a->server_nonce[i] = (uint8_t)(200 - i);
+    }
+    a->client_node = 1;
+    a->server_node = 2;
+}
+
+START_TEST(test_handshake_keys)
+{
+    repl_auth c, s, bad;
+    make_auth(&c, "cluster secret");
+    make_auth(&s, "cluster secret");
+    make_auth(&bad, "another secret");
+    ck_assert_int_eq(repl_wire_derive(&c), REPL_WIRE_OK);
+    ck_assert_int_eq(repl_wire_derive(&s), REPL_WIRE_OK);
+    ck_assert_int_eq(repl_wire_derive(&bad), REPL_WIRE_OK);
+    ck_assert_int_eq(memcmp(c.session_key, s.session_key, 32), 0);
+    ck_assert_int_ne(memcmp(c.session_key, bad.session_key, 32), 0);
+    uint8_t p0[32], p1[32], pb[32];
+    repl_wire_proof(&c, 0, p0);
+    repl_wire_proof(&c, 1, p1);
+    repl_wire_proof(&bad, 0, pb);
+    ck_assert_int_ne(memcmp(p0, p1, 32), 0);
+    ck_assert(repl_wire_proof_ok(&s, 0, p0, 32));
+    ck_assert(!repl_wire_proof_ok(&s, 1, p0, 32)); /* reflected proof */
+    ck_assert(!repl_wire_proof_ok(&s, 0, pb, 32)); /* wrong secret */
+    ck_assert(!repl_wire_proof_ok(&s, 0, p0, 31)); /* short */
+    /* Another nonce: nothing carries over. */
+    s.server_nonce[0] ^= 1;
+    ck_assert(!repl_wire_proof_ok(&s, 0, p0, 32));
+    uint8_t n1[REPL_WIRE_NONCE], n2[REPL_WIRE_NONCE];
+    ck_assert_int_eq(repl_wire_nonce(n1), REPL_WIRE_OK);
+    ck_assert_int_eq(repl_wire_nonce(n2), REPL_WIRE_OK);
+    ck_assert_int_ne(memcmp(n1, n2, REPL_WIRE_NONCE), 0);
+}
+END_TEST
+
+static const uint8_t key[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+
+START_TEST(test_frame_round_trip)
+{
+    uint8_t buf[256];
+    const uint8_t payload[] = "twelve bytes";
+    long n =
+        repl_wire_build(buf, sizeof(buf), REPL_MSG_FETCH, 7, payload, 12, key);
+    ck_assert_int_eq(n, REPL_WIRE_HEADER + 12 + REPL_WIRE_TAG);
+    ck_assert_int_eq(memcmp(buf, "RB\x01\x0c\x0c\0\0\0\x07\0\0\0\0\0\0\0", 16),
+                     0);
+    repl_frame f;
+    size_t used = 0;
+    ck_assert_int_eq(repl_wire_parse(buf, (size_t)n, key, 7, 1024, &f, &used),
+                     REPL_WIRE_OK);
+    ck_assert_uint_eq(used, (size_t)n);
+    ck_assert_uint_eq(f.type, REPL_MSG_FETCH);
+    ck_assert_uint_eq(f.length, 12);
+    ck_assert_int_eq(memcmp(f.payload, payload, 12), 0);
+    /* Every proper prefix is incomplete, never an error. */
+    for (long i = 0; i < n; i++)
+        ck_assert_int_eq(
+            repl_wire_parse(buf, (size_t)i, key, 7, 1024, &f, &used),
+            REPL_WIRE_NEED_MORE);
+    /* Wrong sequence number, wrong key, any flipped byte: refused. */
+    ck_assert_int_eq(repl_wire_parse(buf, (size_t)n, key, 8, 1024, &f, &used),
+                     REPL_WIRE_ERR_AUTH);
+    uint8_t other[32] = {9};
+    ck_assert_int_eq(
+        repl_wire_parse(buf, (size_t)n, other, 7, 1024, &f, &used),
+        REPL_WIRE_ERR_AUTH);
+    for (long i = 8; i < n; i++) {
+        buf[i] ^= 0x20;
+        int rc = repl_wire_parse(buf, (size_t)n, key, 7, 1024, &f, &used);
+        buf[i] ^= 0x20;
+        if (rc != REPL_WIRE_ERR_AUTH)
+            ck_abort_msg("flip at %ld accepted: %d", i, rc);
+    }
+    /* Unauthenticated parsing accepts no authenticated type. */
+    ck_assert_int_eq(repl_wire_parse(buf, (size_t)n, NULL, 0, 1024, &f, &used),
+                     REPL_WIRE_ERR_AUTH);
+}
+END_TEST
+
+START_TEST(test_handshake_frames)
+{
+    uint8_t buf[128], payload[36] = {0};
+    long n = repl_wire_build(buf, sizeof(buf), REPL_MSG_HELLO, 0, payload, 36,
+                             NULL);
+    ck_assert_int_gt(n, 0);
+    repl_frame f;
+    size_t used;
+    ck_assert_int_eq(repl_wire_parse(buf, (size_t)n, NULL, 0, 64, &f, &used),
+                     REPL_WIRE_OK);
+    ck_assert_uint_eq(f.type, REPL_MSG_HELLO);
+    /* A handshake frame after authentication is refused. */
+    ck_assert_int_eq(repl_wire_parse(buf, (size_t)n, key, 0, 64, &f, &used),
+                     REPL_WIRE_ERR_AUTH);
+    /* A handshake frame with a non-zero tag is refused. */
+    buf[n - 1] = 1;
+    ck_assert_int_eq(repl_wire_parse(buf, (size_t)n, NULL, 0, 64, &f, &used),
+                     REPL_WIRE_ERR_AUTH);
+}
+END_TEST
+
+START_TEST(test_bounds_before_buffering)
+{
+    uint8_t hdr[REPL_WIRE_HEADER] = {'R', 'B', 1, REPL_MSG_SYMBOLS};
+    repl_frame f;
+    size_t used;
+    repl_wire_put_u32(hdr + 4, 0xffffffffu);
+    /* Rejected from the header alone, before the payload arrives. */
+    ck_assert_int_eq(
+        repl_wire_parse(hdr, sizeof(hdr), key, 0, 1u << 20, &f, &used),
+        REPL_WIRE_ERR_TOO_BIG);
+    repl_wire_put_u32(hdr + 4, (1u << 20) + 1);
+    ck_assert_int_eq(
+        repl_wire_parse(hdr, sizeof(hdr), key, 0, 1u << 20, &f, &used),
+        REPL_WIRE_ERR_TOO_BIG);
+    /* The hard cap applies even when the caller asks for more. */
+    repl_wire_put_u32(hdr + 4, REPL_WIRE_MAX_PAYLOAD + 1);
+    ck_assert_int_eq(
+        repl_wire_parse(hdr, sizeof(hdr), key, 0, UINT32_MAX, &f, &used),
+        REPL_WIRE_ERR_TOO_BIG);
+    hdr[0] = 'G';
+    ck_assert_int_eq(repl_wire_parse(hdr, sizeof(hdr), key, 0, 64, &f, &used),
+                     REPL_WIRE_ERR_MAGIC);
+    hdr[0] = 'R';
+    hdr[2] = 2;
+    ck_assert_int_eq(repl_wire_parse(hdr, sizeof(hdr), key, 0, 64, &f, &used),
+                     REPL_WIRE_ERR_MAGIC);
+    uint8_t small[48];
+    ck_assert_int_eq(
+        repl_wire_build(small, sizeof(small), REPL_MSG_DONE, 0, NULL, 0, key),
+        REPL_WIRE_HEADER + REPL_WIRE_TAG);
+    ck_assert_int_eq(
+        repl_wire_build(small, sizeof(small), REPL_MSG_DONE, 0, small, 8, key),
+        REPL_WIRE_ERR_SPACE);
+}
+END_TEST
+
+START_TEST(test_mutation_records)
+{
+    store_mutation m = {
+        .id = {0x1122334455667788ULL, 0x99aabbccddeeff00ULL},
+        .version = {1700000000123456789ULL, 3},
+        .kind = STORE_KIND_VALUE,
+        .flags = 0xdeadbeef,
+        .exptime = 1800000000,
+        .key = "user:42",
+        .nkey = 7,
+        .value = "hello world",
+        .nvalue = 11,
+    };
+    uint8_t buf[128];
+    long n = repl_wire_put_mutation(buf, sizeof(buf), &m);
+    ck_assert_int_eq(n, REPL_WIRE_MUT_FIXED + 7 + 11);
+    ck_assert_uint_eq(repl_wire_mutation_size(&m), (size_t)n);
+    store_mutation r;
+    ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 1024, &r), n);
+    ck_assert(riblt_id_equal(&r.id, &m.id));
+    ck_assert_uint_eq(r.version.ticks, m.version.ticks);
+    ck_assert_uint_eq(r.version.node, 3);
+    ck_assert_uint_eq(r.flags, 0xdeadbeef);
+    ck_assert_int_eq(r.exptime, 1800000000);
+    ck_assert_uint_eq(r.nkey, 7);
+    ck_assert_int_eq(memcmp(r.key, "user:42", 7), 0);
+    ck_assert_uint_eq(r.nvalue, 11);
+    ck_assert_int_eq(memcmp(r.value, "hello world", 11), 0);
+    for (long i = 0; i < n; i++)
+        ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)i, 1024, &r),
+                         REPL_WIRE_ERR_FORMAT);
+    ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 10, &r),
+                     REPL_WIRE_ERR_FORMAT); /* value over the cap */
+    ck_assert_int_eq(repl_wire_put_mutation(buf, (size_t)n - 1, &m),
+                     REPL_WIRE_ERR_SPACE);
+    /* Malformed: unknown kind, tombstone with a value, bad key lengths. */
+    uint8_t bad[128];
+    memcpy(bad, buf, (size_t)n);
+    bad[28] = 9;
+    ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
+                     REPL_WIRE_ERR_FORMAT);
+    bad[28] = STORE_KIND_TOMBSTONE;
+    ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
+                     REPL_WIRE_ERR_FORMAT);
+    memcpy(bad, buf, (size_t)n);
+    bad[49] = 0;
+    ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
+                     REPL_WIRE_ERR_FORMAT);
+    bad[49] = 251;
+    ck_assert_int_eq(repl_wire_get_mutation(bad, sizeof(bad), 1024, &r),
+                     REPL_WIRE_ERR_FORMAT);
+    /* A flush record has the empty key. */
+    store_mutation fl = {.kind = STORE_KIND_FLUSH, .flush_at = 5};
+    n = repl_wire_put_mutation(buf, sizeof(buf), &fl);
+    ck_assert_int_eq(n, REPL_WIRE_MUT_FIXED);
+    ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 0, &r), n);
+    ck_assert_uint_eq(r.flush_at, 5);
+    buf[49] = 1;
+    ck_assert_int_eq(repl_wire_get_mutation(buf, sizeof(buf), 0, &r),
+                     REPL_WIRE_ERR_FORMAT);
+}
+END_TEST
+
+static Suite *wire_suite(void)
+{
+    Suite *s = suite_create("repl_wire");
+    TCase *tc = tcase_create("wire");
+    tcase_add_test(tc, test_handshake_keys);
+    tcase_add_test(tc, test_frame_round_trip);
+    tcase_add_test(tc, test_handshake_frames);
+    tcase_add_test(tc, test_bounds_before_buffering);
+    tcase_add_test(tc, test_mutation_records);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(wire_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
