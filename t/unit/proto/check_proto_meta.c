@@ -1,0 +1,516 @@
+/*
+ * check_proto_meta.c -- the meta protocol (mg ms md ma me mn), byte for byte.
+ *
+ * Requests are fed to proto_text_execute with a real store; every test
+ * asserts the exact reply bytes a memcached 1.6 client would read. The
+ * store runs on a fixed clock so ttls are exact.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "proto_text.h"
+
+#define T0_S 1700000000ULL /* the test clock, in unix seconds */
+
+static uint64_t clock_ns;
+static store *st;
+static proto_config cfg;
+static stats_thread sth;
+static proto_ctx ctx;
+
+static uint64_t test_clock(void *arg)
+{
+    (void)arg;
+    return clock_ns;
+}
+
+static void setup(void)
+{
+    store_options o;
+    int err = 0;
+    store_options_default(&o);
+    o.node_id = 1;
+    o.clock = test_clock;
+    clock_ns = T0_S * 1000000000ULL;
+    st = store_create(&o, &err);
+    ck_assert_ptr_nonnull(st);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.item_size_max = 1024 * 1024;
+    cfg.flush_enabled = true;
+    cfg.cas_enabled = true;
+    cfg.max_line = 2048;
+    cfg.version = "1.6.99-test";
+    memset(&sth, 0, sizeof(sth));
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.store = st;
+    ctx.cfg = &cfg;
+    ctx.stats = &sth;
+    ctx.authenticated = true;
+}
+
+static void teardown(void)
+{
+    proto_text_free(&ctx);
+    store_destroy(st);
+}
+
+/* The bytes left in `in` after the last run. */
+static size_t left_in;
+static int last_rc;
+
+/* Feeds n bytes in one call; returns the reply (NUL-terminated, malloc). */
+static char *run_n(const char *req, size_t n, size_t *outlen)
+{
+    struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
+    evbuffer_add(in, req, n);
+    last_rc = proto_text_execute(&ctx, in, out);
+    left_in = evbuffer_get_length(in);
+    size_t len = evbuffer_get_length(out);
+    char *s = malloc(len + 1);
+    evbuffer_remove(out, s, len);
+    s[len] = '\0';
+    if (outlen)
+        *outlen = len;
+    evbuffer_free(in);
+    evbuffer_free(out);
+    return s;
+}
+
+/*
+ * Feeds the request in pieces of `step` bytes, each piece its own evbuffer
+ * chunk, keeping unconsumed bytes between calls as a connection would.
+ */
+static char *run_split(const char *req, size_t n, size_t step, size_t *outlen)
+{
+    struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
+    for (size_t i = 0; i < n; i += step) {
+        size_t k = n - i < step ? n - i : step;
+        evbuffer_add_reference(in, req + i, k, NULL, NULL);
+        last_rc = proto_text_execute(&ctx, in, out);
+        if (last_rc != PROTO_OK)
+            break;
+    }
+    /* the references point at req: consume what is left before return */
+    left_in = evbuffer_get_length(in);
+    size_t len = evbuffer_get_length(out);
+    char *s = malloc(len + 1);
+    evbuffer_remove(out, s, len);
+    s[len] = '\0';
+    if (outlen)
+        *outlen = len;
+    evbuffer_free(in);
+    evbuffer_free(out);
+    return s;
+}
+
+static void show(char *dst, size_t cap, const char *s, size_t n)
+{
+    size_t j = 0;
+    for (size_t i = 0; i < n && j + 5 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\r') {
+            dst[j++] = '\\';
+            dst[j++] = 'r';
+        } else if (c == '\n') {
+            dst[j++] = '\\';
+            dst[j++] = 'n';
+        } else if (c < 32 || c > 126) {
+            j += (size_t)snprintf(dst + j, cap - j, "\\x%02x", c);
+        } else {
+            dst[j++] = (char)c;
+        }
+    }
+    dst[j] = '\0';
+}
+
+static void expect_bytes(const char *req, size_t nreq, const char *want,
+                         size_t nwant, int line)
+{
+    size_t n;
+    char *got = run_n(req, nreq, &n);
+    if (n != nwant || memcmp(got, want, n) != 0) {
+        static char a[4096], b[4096], q[4096];
+        show(a, sizeof(a), got, n);
+        show(b, sizeof(b), want, nwant);
+        show(q, sizeof(q), req, nreq < 400 ? nreq : 400);
+        ck_abort_msg("line %d: request \"%s\"\n got  \"%s\"\n want \"%s\"",
+                     line, q, a, b);
+    }
+    free(got);
+}
+
+#define EXPECT(req, want)                                                     \
+    expect_bytes(req, sizeof(req) - 1, want, sizeof(want) - 1, __LINE__)
+
+/* Expects the store to hold key with exactly this value. */
+static void expect_value(const char *key, const char *value)
+{
+    store_item *it = store_get(st, key, strlen(key));
+    ck_assert_msg(it != NULL, "key %s missing", key);
+    size_t n;
+    const char *v = store_item_value(it, &n);
+    ck_assert_uint_eq(n, strlen(value));
+    ck_assert(memcmp(v, value, n) == 0);
+    store_item_release(it);
+}
+
+static void expect_missing(const char *key)
+{
+    store_item *it = store_get(st, key, strlen(key));
+    ck_assert_msg(it == NULL, "key %s present", key);
+}
+
+static uint64_t cas_of(const char *key)
+{
+    store_item *it = store_get(st, key, strlen(key));
+    ck_assert_ptr_nonnull(it);
+    uint64_t c = store_item_cas(it);
+    store_item_release(it);
+    return c;
+}
+
+/*
+ * Runs req, then expects want_fmt with its one PRIu64 conversion replaced by
+ * the cas key has after the request.
+ */
+static void expect_cas(const char *req, const char *want_fmt, const char *key,
+                       int line)
+{
+    size_t n;
+    char w[1024];
+    char *got = run_n(req, strlen(req), &n);
+    snprintf(w, sizeof(w), want_fmt, cas_of(key));
+    ck_assert_msg(strcmp(got, w) == 0, "line %d: got %s want %s", line, got,
+                  w);
+    free(got);
+}
+
+START_TEST(test_mn_and_basic)
+{
+    EXPECT("mn\r\n", "MN\r\n");
+    EXPECT("mn x y\r\n", "MN\r\n");
+    EXPECT("ms a 2\r\nhi\r\n", "HD\r\n");
+    EXPECT("mg a v\r\n", "VA 2\r\nhi\r\n");
+    EXPECT("mg a\r\n", "HD\r\n");
+    EXPECT("mg zz\r\nmg zz v\r\n", "EN\r\nEN\r\n");
+    EXPECT("mg\r\n", "ERROR\r\n");
+    EXPECT("ms\r\n", "ERROR\r\n");
+    EXPECT("md\r\n", "ERROR\r\n");
+    EXPECT("ma\r\n", "ERROR\r\n");
+    ck_assert_uint_eq(sth.cmd_get, 4);
+    ck_assert_uint_eq(sth.get_hits, 2);
+    ck_assert_uint_eq(sth.get_misses, 2);
+    ck_assert_uint_eq(sth.cmd_set, 1);
+}
+END_TEST
+
+START_TEST(test_mg_flags_in_order)
+{
+    EXPECT("ms a 2 F7 T100\r\nhi\r\n", "HD\r\n");
+    expect_cas("mg a s v f t c k O1\r\n",
+               "VA 2 s2 f7 t100 c%" PRIu64 " ka O1\r\nhi\r\n", "a", __LINE__);
+    expect_cas("mg a O2 c k t f s\r\n", "HD O2 c%" PRIu64 " ka t100 f7 s2\r\n",
+               "a", __LINE__);
+    /* ttl counts down with the clock; -1 without expiry */
+    clock_ns += 40ULL * 1000000000ULL;
+    EXPECT("mg a t\r\n", "HD t60\r\n");
+    EXPECT("ms b 1\r\nx\r\nmg b t\r\n", "HD\r\nHD t-1\r\n");
+    /* miss: only O and k come back */
+    EXPECT("mg zz k O123 v s\r\n", "EN kzz O123\r\n");
+    /* P and L (proxy hints) and u are accepted and ignored */
+    EXPECT("mg a u P L s\r\n", "HD s2\r\n");
+}
+END_TEST
+
+START_TEST(test_mg_hit_and_access)
+{
+    EXPECT("ms a 2\r\nhi\r\n", "HD\r\n");
+    /* h and l report the state before this request */
+    EXPECT("mg a h l\r\n", "HD h0 l0\r\n");
+    clock_ns += 7ULL * 1000000000ULL;
+    EXPECT("mg a h l\r\n", "HD h1 l7\r\n");
+}
+END_TEST
+
+START_TEST(test_mg_quiet)
+{
+    EXPECT("ms a 2\r\nhi\r\n", "HD\r\n");
+    /* q hides a miss (EN), never a hit */
+    EXPECT("mg zz q\r\nmg zz k O1 q\r\nmg a q\r\nmg a v q k\r\nmn\r\n",
+           "HD\r\nVA 2 ka\r\nhi\r\nMN\r\n");
+    /* errors are always shown */
+    EXPECT("mg a q Z\r\n", "CLIENT_ERROR invalid flag\r\n");
+}
+END_TEST
+
+START_TEST(test_mg_touch_and_vivify)
+{
+    EXPECT("ms a 2\r\nhi\r\n", "HD\r\n");
+    EXPECT("mg a T30 t v\r\n", "VA 2 t30\r\nhi\r\n");
+    EXPECT("mg zz T30\r\n", "EN\r\n");
+    ck_assert_uint_eq(sth.cmd_touch, 2);
+    ck_assert_uint_eq(sth.touch_hits, 1);
+    ck_assert_uint_eq(sth.touch_misses, 1);
+    /* N: a miss creates an empty item and wins (W) the right to fill it */
+    EXPECT("mg v N30 s t v\r\n", "VA 0 s0 t30 W\r\n\r\n");
+    EXPECT("mg v N30 s t\r\n", "HD s0 t30\r\n");
+    EXPECT("mg w N0 q\r\n", "HD W\r\n");
+    EXPECT("mg v Nx\r\n", "CLIENT_ERROR bad token in command line format\r\n");
+    EXPECT("mg v T\r\n", "CLIENT_ERROR bad token in command line format\r\n");
+}
+END_TEST
+
+START_TEST(test_mg_errors)
+{
+    EXPECT("ms a 2\r\nhi\r\n", "HD\r\n");
+    EXPECT("mg a Z\r\n", "CLIENT_ERROR invalid flag\r\n");
+    /* the stale-while-revalidate flags are not supported */
+    EXPECT("mg a R30\r\n", "CLIENT_ERROR invalid flag\r\n");
+    EXPECT("mg a E5\r\n", "CLIENT_ERROR invalid flag\r\n");
+    EXPECT("mg a v v\r\n", "CLIENT_ERROR duplicate flag\r\n");
+    /* 32 bytes including the O itself is the longest opaque */
+    EXPECT("mg a O12345678901234567890123456789012\r\n",
+           "CLIENT_ERROR opaque token too long\r\n");
+    EXPECT("mg a O1234567890123456789012345678901\r\n",
+           "HD O1234567890123456789012345678901\r\n");
+    EXPECT("mg a s s s s s s s s s s s s s s s s s s s\r\n",
+           "CLIENT_ERROR options flags are too long\r\n");
+    EXPECT("mg a\x01 v\r\n", "CLIENT_ERROR bad command line format\r\n");
+    char req[600];
+    memset(req, 0, sizeof(req));
+    memcpy(req, "mg ", 3);
+    memset(req + 3, 'k', 251);
+    memcpy(req + 254, " v\r\n", 4);
+    expect_bytes(req, strlen(req), "CLIENT_ERROR bad command line format\r\n",
+                 38, __LINE__);
+    EXPECT("version\r\n", "VERSION 1.6.99-test\r\n");
+}
+END_TEST
+
+START_TEST(test_base64_keys)
+{
+    /* "abc" is YWJj */
+    EXPECT("mg YWJj b k v\r\n", "EN kYWJj b\r\n");
+    expect_cas("ms YWJj 2 b k c O5 T0\r\nhi\r\n",
+               "HD kYWJj b c%" PRIu64 " O5\r\n", "abc", __LINE__);
+    EXPECT("mg YWJj b k v s\r\n", "VA 2 kYWJj b s2\r\nhi\r\n");
+    EXPECT("get abc\r\n", "VALUE abc 0 2\r\nhi\r\nEND\r\n");
+    EXPECT("mg YWI b\r\n", "CLIENT_ERROR error decoding key\r\n");
+    EXPECT("mg YWI= b k\r\n", "EN kYWI= b\r\n");
+    /* binary bytes (a space, a newline) are fine in a base64 key */
+    EXPECT("ms IAo= 1 b\r\nz\r\n", "HD\r\n");
+    EXPECT("mg IAo= b v k\r\n", "VA 1 kIAo= b\r\nz\r\n");
+    EXPECT("md IAo= b q\r\nmg IAo= b v\r\n", "EN\r\n");
+    /* a bad key with a data block: the block is swallowed */
+    EXPECT("ms b 2 b\r\nhi\r\nmn\r\n",
+           "CLIENT_ERROR error decoding key\r\nMN\r\n");
+}
+END_TEST
+
+START_TEST(test_ms_modes)
+{
+    EXPECT("ms k 1 ME\r\na\r\n", "HD\r\n");
+    EXPECT("ms k 1 ME\r\nb\r\n", "NS\r\n");
+    EXPECT("ms k 1 MA\r\nc\r\n", "HD\r\n");
+    EXPECT("ms k 1 MP\r\nd\r\n", "HD\r\n");
+    EXPECT("ms zz 1 MA\r\nc\r\nms zz 1 MP\r\nc\r\nms zz 1 MR\r\nc\r\n",
+           "NS\r\nNS\r\nNS\r\n");
+    EXPECT("ms k 1 MR F3\r\ne\r\n", "HD\r\n");
+    EXPECT("ms k 2 MS\r\nff\r\n", "HD\r\n");
+    EXPECT("ms k 1 MX\r\nx\r\nmn\r\n",
+           "CLIENT_ERROR invalid mode for ms M token\r\nMN\r\n");
+    EXPECT("ms k 1 MEE\r\nx\r\nmn\r\n",
+           "CLIENT_ERROR incorrect length for M token\r\nMN\r\n");
+    EXPECT("get k zz\r\n", "VALUE k 0 2\r\nff\r\nEND\r\n");
+    EXPECT("ms k 1 q\r\ng\r\nms k 1 q ME\r\nh\r\nmn\r\n", "NS\r\nMN\r\n");
+    expect_value("k", "g");
+}
+END_TEST
+
+START_TEST(test_ms_cas)
+{
+    EXPECT("ms k 1 C5\r\na\r\n", "NF\r\n");
+    EXPECT("ms k 1\r\na\r\n", "HD\r\n");
+    uint64_t c = cas_of("k");
+    char req[128], want[128];
+    snprintf(req, sizeof(req), "ms k 1 C%" PRIu64 " c\r\nb\r\n", c + 1);
+    expect_bytes(req, strlen(req), "EX c0\r\n", 7, __LINE__);
+    snprintf(req, sizeof(req), "ms k 1 C%" PRIu64 " c\r\nb\r\n", c);
+    size_t n;
+    char *got = run_n(req, strlen(req), &n);
+    snprintf(want, sizeof(want), "HD c%" PRIu64 "\r\n", cas_of("k"));
+    ck_assert_str_eq(got, want);
+    ck_assert_uint_ne(cas_of("k"), c);
+    free(got);
+    /* append with a wrong cas fails; add ignores the cas */
+    snprintf(req, sizeof(req), "ms k 1 MA C%" PRIu64 "\r\nz\r\n", c);
+    expect_bytes(req, strlen(req), "EX\r\n", 4, __LINE__);
+    EXPECT("ms n 1 ME C1\r\nz\r\n", "HD\r\n");
+    expect_value("k", "b");
+    ck_assert_uint_eq(sth.cas_misses, 1);
+    ck_assert_uint_eq(sth.cas_badval, 1);
+    ck_assert_uint_eq(sth.cas_hits, 1);
+}
+END_TEST
+
+START_TEST(test_ms_errors)
+{
+    EXPECT("ms k 1\r\nv\r\n", "HD\r\n");
+    EXPECT("ms k\r\n", "CLIENT_ERROR bad command line format\r\n");
+    /* a bad length: nothing is swallowed */
+    EXPECT("ms k x\r\nhi\r\n",
+           "CLIENT_ERROR bad command line format\r\nERROR\r\n");
+    EXPECT("ms k -1\r\n", "CLIENT_ERROR bad command line format\r\n");
+    EXPECT("ms k 2147483647\r\n", "CLIENT_ERROR bad command line format\r\n");
+    /* a bad flag after a good length: the block is swallowed */
+    EXPECT("ms k 1 C\r\nx\r\nmn\r\n",
+           "CLIENT_ERROR bad token in command line format\r\nMN\r\n");
+    EXPECT("ms k 1 Fx\r\nx\r\nmn\r\n",
+           "CLIENT_ERROR bad command line format\r\nMN\r\n");
+    EXPECT("ms k 1 Z q\r\nx\r\nmn\r\n", "CLIENT_ERROR invalid flag\r\nMN\r\n");
+    EXPECT("ms k 1 I\r\nx\r\nmn\r\n", "CLIENT_ERROR invalid flag\r\nMN\r\n");
+    EXPECT("ms k 1 c c\r\nx\r\nmn\r\n",
+           "CLIENT_ERROR duplicate flag\r\nMN\r\n");
+    EXPECT("ms k 1 O123456789012345678901234567890123\r\nx\r\nmn\r\n",
+           "CLIENT_ERROR opaque token too long\r\nMN\r\n");
+    EXPECT("ms k 1 s s s s s s s s s s s s s s s s s s\r\nx\r\n",
+           "CLIENT_ERROR options flags too long\r\nERROR\r\n");
+    /* a bad data chunk is reported even in quiet mode */
+    EXPECT("ms k 1 q\r\nxyz\r\n", "CLIENT_ERROR bad data chunk\r\nERROR\r\n");
+    EXPECT("version\r\n", "VERSION 1.6.99-test\r\n");
+    expect_value("k", "v");
+}
+END_TEST
+
+START_TEST(test_md)
+{
+    EXPECT("md zz q\r\nmd zz\r\nmd zz k O1\r\n", "NF\r\nNF\r\nNF kzz O1\r\n");
+    EXPECT("ms zz 1\r\nx\r\n", "HD\r\n");
+    EXPECT("md zz q C1\r\n", "EX\r\n");
+    EXPECT("md zz O9 k\r\n", "HD O9 kzz\r\n");
+    EXPECT("ms zz 1\r\nx\r\nmd zz q\r\nmn\r\n", "HD\r\nMN\r\n");
+    expect_missing("zz");
+    EXPECT("ms zz 1\r\nx\r\n", "HD\r\n");
+    char req[64];
+    snprintf(req, sizeof(req), "md zz C%" PRIu64 " T30\r\n", cas_of("zz"));
+    expect_bytes(req, strlen(req), "HD\r\n", 4, __LINE__);
+    EXPECT("md zz I\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
+    EXPECT("md zz Q\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
+    EXPECT("md zz k k\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
+    EXPECT("md zz s s s s s s s s s s s s s s s s s s s\r\n",
+           "CLIENT_ERROR options flags too long\r\n");
+    ck_assert_uint_eq(sth.delete_hits, 3);
+    ck_assert_uint_eq(sth.delete_misses, 4);
+}
+END_TEST
+
+START_TEST(test_ma)
+{
+    EXPECT("ma n\r\nma n q\r\n", "NF\r\nNF\r\n");
+    EXPECT("ma n N0 J5 v\r\n", "VA 1\r\n5\r\n");
+    EXPECT("ma n v q\r\n", "");
+    EXPECT("ma n v\r\n", "VA 1\r\n7\r\n");
+    expect_cas("ma n MD D100 v c t\r\n", "VA 1 c%" PRIu64 " t-1\r\n0\r\n", "n",
+               __LINE__);
+    EXPECT("ma n M+ D10 O3 k\r\n", "HD O3 kn\r\n");
+    EXPECT("ma n M- D3 v\r\n", "VA 1\r\n7\r\n");
+    EXPECT("ma n MI v\r\n", "VA 1\r\n8\r\n");
+    EXPECT("ma n T100 t v\r\n", "VA 1 t100\r\n9\r\n");
+    EXPECT("ma n Mx\r\n", "CLIENT_ERROR invalid mode for ma M token\r\n");
+    EXPECT("ma n Dx\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
+    EXPECT("ma n Jx\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
+    EXPECT("ms s 1\r\nx\r\nma s\r\n",
+           "HD\r\nCLIENT_ERROR cannot increment or decrement non-numeric "
+           "value\r\n");
+    EXPECT("ma n C1\r\n", "EX\r\n");
+    /* quiet hides a success but not a creation */
+    EXPECT("ma n N0 q\r\nma m N0 J9 q\r\nmn\r\n", "HD\r\nMN\r\n");
+    EXPECT("ma zz N0 J18446744073709551615\r\nma zz v\r\n",
+           "HD\r\nVA 1\r\n0\r\n");
+    EXPECT("mg n v\r\n", "VA 2\r\n10\r\n");
+    ck_assert_uint_eq(sth.incr_misses, 2);
+}
+END_TEST
+
+START_TEST(test_me)
+{
+    EXPECT("me zz\r\n", "EN\r\n");
+    EXPECT("me\r\n", "CLIENT_ERROR bad command line format\r\n");
+    EXPECT("me a b c\r\n", "CLIENT_ERROR bad command line format\r\n");
+    EXPECT("ms a 2 T100\r\nhi\r\n", "HD\r\n");
+    /* cas_of reads the item once: me reports that earlier fetch */
+    char want[256];
+    snprintf(want, sizeof(want),
+             "ME a exp=100 la=0 cas=%" PRIu64 " fetch=yes cls=1 size=3\r\n",
+             cas_of("a"));
+    size_t n;
+    char *got = run_n("me a\r\n", 6, &n);
+    ck_assert_str_eq(got, want);
+    free(got);
+    EXPECT("me zz\r\n", "EN\r\n");
+    EXPECT("ms YWJj 2 b\r\nhi\r\n", "HD\r\n");
+    got = run_n("me YWJj b\r\n", 11, &n);
+    ck_assert_msg(strncmp(got, "ME YWJj exp=-1 la=0 cas=", 24) == 0 &&
+                      strstr(got, " cls=1 size=5\r\n") != NULL,
+                  "got %s", got);
+    free(got);
+}
+END_TEST
+
+START_TEST(test_meta_pipeline_split)
+{
+    static const char req[] =
+        "ms a 3 T0 F1 q\r\nabc\r\nmg a v q k\r\nmg b v q k\r\nma c N0 J1 q\r\n"
+        "ma c q\r\nmg c v\r\nmd a q\r\nmd a q\r\nmg a q\r\nmn\r\n";
+    static const char want[] = "VA 3 ka\r\nabc\r\nHD\r\nVA 1\r\n2\r\nNF\r\n"
+                               "MN\r\n";
+    size_t steps[] = {sizeof(req), 1, 3, 5, 11};
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        teardown();
+        setup();
+        size_t n;
+        char *got = run_split(req, sizeof(req) - 1, steps[i], &n);
+        ck_assert_msg(strcmp(got, want) == 0, "step %zu: got %s", steps[i],
+                      got);
+        ck_assert_uint_eq(left_in, 0);
+        free(got);
+    }
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("proto_meta");
+    TCase *tc = tcase_create("meta");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_mn_and_basic);
+    tcase_add_test(tc, test_mg_flags_in_order);
+    tcase_add_test(tc, test_mg_hit_and_access);
+    tcase_add_test(tc, test_mg_quiet);
+    tcase_add_test(tc, test_mg_touch_and_vivify);
+    tcase_add_test(tc, test_mg_errors);
+    tcase_add_test(tc, test_base64_keys);
+    tcase_add_test(tc, test_ms_modes);
+    tcase_add_test(tc, test_ms_cas);
+    tcase_add_test(tc, test_ms_errors);
+    tcase_add_test(tc, test_md);
+    tcase_add_test(tc, test_ma);
+    tcase_add_test(tc, test_me);
+    tcase_add_test(tc, test_meta_pipeline_split);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
