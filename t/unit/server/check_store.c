@@ -1,0 +1,1410 @@
+/*
+ * check_store.c -- unit tests of the versioned mutation store: versions and
+ * last writer wins, every write mode, tombstones and sweep, expiry and
+ * flush on a fake clock, the set invariant (equal sets give equal
+ * sketches), eviction under a memory limit, and a threaded smoke test.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store.h"
+
+#define NS 1000000000ULL
+#define T0 (1700000000ULL * NS)
+
+/* ------------------------------------------------------------ helpers */
+
+typedef struct fake_clock {
+    uint64_t ns;
+} fake_clock;
+
+static uint64_t fake_now(void *arg)
+{
+    return __atomic_load_n(&((fake_clock *)arg)->ns, __ATOMIC_RELAXED);
+}
+
+static void advance(fake_clock *c, uint64_t secs)
+{
+    __atomic_fetch_add(&c->ns, secs * NS, __ATOMIC_RELAXED);
+}
+
+static store *mk(fake_clock *c, uint32_t node, size_t limit)
+{
+    store_options o;
+    int err = 99;
+    store *s;
+
+    store_options_default(&o);
+    o.node_id = node;
+    o.memory_limit = limit;
+    o.sketch_symbols = 256;
+    o.hash_power = 8;
+    o.tombstone_grace = 100;
+    o.clock = fake_now;
+    o.clock_arg = c;
+    s = store_create(&o, &err);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(err, STORE_OK);
+    return s;
+}
+
+static int wr(store *s, enum store_set_mode mode, const char *k, const char *v,
+              uint32_t flags, int64_t exptime, uint64_t cas, uint64_t *cas_out)
+{
+    store_write w;
+
+    memset(&w, 0, sizeof(w));
+    w.mode = mode;
+    w.key = k;
+    w.nkey = strlen(k);
+    w.value = v;
+    w.nvalue = strlen(v);
+    w.flags = flags;
+    w.exptime = exptime;
+    w.cas = cas;
+    return store_write_item(s, &w, cas_out);
+}
+
+static int set(store *s, const char *k, const char *v)
+{
+    return wr(s, STORE_SET, k, v, 0, 0, 0, NULL);
+}
+
+/* Asserts key k holds exactly value v (NULL: a miss). */
+static void expect(store *s, const char *k, const char *v)
+{
+    store_item *it = store_get(s, k, strlen(k));
+    if (v == NULL) {
+        ck_assert_msg(it == NULL, "key %s should be a miss", k);
+        return;
+    }
+    ck_assert_msg(it != NULL, "key %s should hold %s", k, v);
+    size_t n;
+    const char *val = store_item_value(it, &n);
+    ck_assert_uint_eq(n, strlen(v));
+    ck_assert_msg(memcmp(val, v, n) == 0, "key %s: got %.*s want %s", k,
+                  (int)n, val, v);
+    store_item_release(it);
+}
+
+static uint64_t cas_of(store *s, const char *k)
+{
+    store_item *it = store_get(s, k, strlen(k));
+    ck_assert_ptr_nonnull(it);
+    uint64_t c = store_item_cas(it);
+    store_item_release(it);
+    return c;
+}
+
+static store_stats stats(store *s)
+{
+    store_stats st;
+    store_get_stats(s, &st);
+    return st;
+}
+
+static int64_t set_size(store *s)
+{
+    riblt_symbol sym;
+    int64_t n = -1;
+    ck_assert_int_eq(store_sketch_read(s, 0, &sym, 1, &n), STORE_OK);
+    return n;
+}
+
+static store_mutation mut(uint64_t idlo, uint64_t ticks, uint32_t node,
+                          uint8_t kind, const char *k, const char *v)
+{
+    store_mutation m;
+    memset(&m, 0, sizeof(m));
+    m.id.lo = idlo;
+    m.id.hi = idlo * 7919 + 13;
+    m.version.ticks = ticks;
+    m.version.node = node;
+    m.kind = kind;
+    m.key = k;
+    m.nkey = k ? strlen(k) : 0;
+    m.value = v;
+    m.nvalue = v ? strlen(v) : 0;
+    return m;
+}
+
+/* Compares the whole sketches (and so the sets) of two stores. */
+static void same_sketch(store *a, store *b)
+{
+    size_t n = store_sketch_symbols(a);
+    riblt_symbol *x = calloc(n, sizeof(*x)), *y = calloc(n, sizeof(*y));
+    int64_t na, nb;
+
+    ck_assert_uint_eq(n, store_sketch_symbols(b));
+    ck_assert_int_eq(store_sketch_read(a, 0, x, n, &na), STORE_OK);
+    ck_assert_int_eq(store_sketch_read(b, 0, y, n, &nb), STORE_OK);
+    ck_assert_int_eq(na, nb);
+    ck_assert_msg(memcmp(x, y, n * sizeof(*x)) == 0, "sketches differ");
+    free(x);
+    free(y);
+}
+
+/* Listener that records every mutation it is told about. */
+typedef struct recorder {
+    pthread_mutex_t lock;
+    store_item *items[4096];
+    bool local[4096];
+    size_t n;
+} recorder;
+
+static void record(void *arg, store_item *it, bool origin_local)
+{
+    recorder *r = arg;
+    pthread_mutex_lock(&r->lock);
+    if (r->n < 4096) {
+        r->local[r->n] = origin_local;
+        r->items[r->n++] = it;
+    } else {
+        store_item_release(it);
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void recorder_init(recorder *r)
+{
+    memset(r, 0, sizeof(*r));
+    pthread_mutex_init(&r->lock, NULL);
+}
+
+static void recorder_free(recorder *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        store_item_release(r->items[i]);
+    pthread_mutex_destroy(&r->lock);
+}
+
+/* ------------------------------------------------------------- tests */
+
+START_TEST(test_version_cmp)
+{
+    store_version a = {100, 1}, b = {100, 2}, c = {101, 1}, d = {100, 1};
+    ck_assert_int_lt(store_version_cmp(&a, &b), 0);
+    ck_assert_int_gt(store_version_cmp(&b, &a), 0);
+    ck_assert_int_lt(store_version_cmp(&b, &c), 0);
+    ck_assert_int_gt(store_version_cmp(&c, &b), 0);
+    ck_assert_int_eq(store_version_cmp(&a, &d), 0);
+}
+END_TEST
+
+START_TEST(test_create_invalid)
+{
+    store_options o;
+    int err = 0;
+    store_options_default(&o);
+    ck_assert_uint_eq(o.memory_limit, 64u << 20);
+    ck_assert_uint_eq(o.item_size_max, 1u << 20);
+    ck_assert_uint_eq(o.tombstone_grace, 3600);
+    ck_assert_uint_eq(o.sketch_symbols, 8192);
+    o.sketch_symbols = 0;
+    ck_assert_ptr_null(store_create(&o, &err));
+    ck_assert_int_eq(err, STORE_ERR_INVAL);
+    ck_assert_ptr_null(store_create(NULL, &err));
+    ck_assert_int_eq(err, STORE_ERR_INVAL);
+}
+END_TEST
+
+START_TEST(test_hybrid_clock)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    uint64_t c1, c2;
+
+    /* The fake clock stands still: ticks still strictly increase. */
+    ck_assert_int_eq(wr(s, STORE_SET, "a", "1", 0, 0, 0, &c1), STORE_STORED);
+    ck_assert_int_eq(wr(s, STORE_SET, "a", "2", 0, 0, 0, &c2), STORE_STORED);
+    ck_assert_uint_ne(c1, c2);
+    ck_assert_uint_eq(stats(s).clock_ticks, T0 + 1);
+    /* A peer far ahead pulls the clock with it. */
+    store_mutation m = mut(55, T0 + 5000, 9, STORE_KIND_VALUE, "p", "x");
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_uint_ge(store_clock_now(s).ticks, T0 + 5000);
+    store_item *it;
+    ck_assert_int_eq(set(s, "q", "y"), STORE_STORED);
+    it = store_get(s, "q", 1);
+    store_mutation out;
+    store_item_mutation(it, &out);
+    ck_assert_uint_eq(out.version.ticks, T0 + 5001);
+    ck_assert_uint_eq(out.version.node, 1);
+    store_item_release(it);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_exptime_abs)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    int64_t now = (int64_t)(T0 / NS);
+    ck_assert_int_eq(store_exptime_abs(s, 0), 0);
+    ck_assert_int_eq(store_exptime_abs(s, -5), -1);
+    ck_assert_int_eq(store_exptime_abs(s, 10), now + 10);
+    ck_assert_int_eq(store_exptime_abs(s, 2592000), now + 2592000);
+    ck_assert_int_eq(store_exptime_abs(s, now + 99), now + 99);
+    ck_assert_int_eq(store_exptime_abs(s, 2592001), -1);
+    ck_assert_int_eq(store_exptime_abs(s, now), -1);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_set_get)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    uint64_t cas = 0;
+
+    ck_assert_int_eq(wr(s, STORE_SET, "k", "hello", 42, 0, 0, &cas),
+                     STORE_STORED);
+    ck_assert_uint_ne(cas, 0);
+    store_item *it = store_get(s, "k", 1);
+    ck_assert_ptr_nonnull(it);
+    ck_assert_uint_eq(store_item_flags(it), 42);
+    ck_assert_uint_eq(store_item_cas(it), cas);
+    ck_assert_int_eq(store_item_kind(it), STORE_KIND_VALUE);
+    size_t nk;
+    ck_assert_int_eq(memcmp(store_item_key(it, &nk), "k", 1), 0);
+    ck_assert_uint_eq(nk, 1);
+    /* Readers keep their item across a replacement. */
+    ck_assert_int_eq(set(s, "k", "world"), STORE_STORED);
+    size_t nv;
+    ck_assert_int_eq(memcmp(store_item_value(it, &nv), "hello", 5), 0);
+    store_item_release(it);
+    expect(s, "k", "world");
+    expect(s, "nope", NULL);
+    store_stats st = stats(s);
+    ck_assert_uint_eq(st.curr_items, 1);
+    ck_assert_uint_eq(st.total_items, 2);
+    ck_assert_uint_eq(st.mutations, 1);
+    ck_assert_int_eq(set_size(s), 1);
+    /* Empty value and bad keys. */
+    ck_assert_int_eq(set(s, "e", ""), STORE_STORED);
+    expect(s, "e", "");
+    ck_assert_int_eq(set(s, "", "x"), STORE_ERR_INVAL);
+    char big[300];
+    memset(big, 'k', 251);
+    big[251] = 0;
+    ck_assert_int_eq(set(s, big, "x"), STORE_ERR_INVAL);
+    big[250] = 0;
+    ck_assert_int_eq(set(s, big, "x"), STORE_STORED);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_add_replace)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+
+    ck_assert_int_eq(wr(s, STORE_REPLACE, "k", "a", 0, 0, 0, NULL),
+                     STORE_NOT_STORED);
+    expect(s, "k", NULL);
+    ck_assert_int_eq(wr(s, STORE_ADD, "k", "a", 0, 0, 0, NULL), STORE_STORED);
+    ck_assert_int_eq(wr(s, STORE_ADD, "k", "b", 0, 0, 0, NULL),
+                     STORE_NOT_STORED);
+    expect(s, "k", "a");
+    ck_assert_int_eq(wr(s, STORE_REPLACE, "k", "c", 7, 0, 0, NULL),
+                     STORE_STORED);
+    expect(s, "k", "c");
+    /* add succeeds over a deleted key. */
+    ck_assert_int_eq(store_delete(s, "k", 1, 0), STORE_DELETED);
+    ck_assert_int_eq(wr(s, STORE_REPLACE, "k", "d", 0, 0, 0, NULL),
+                     STORE_NOT_STORED);
+    ck_assert_int_eq(wr(s, STORE_ADD, "k", "e", 0, 0, 0, NULL), STORE_STORED);
+    expect(s, "k", "e");
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_append_prepend)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    int64_t exp = (int64_t)(T0 / NS) + 50;
+
+    ck_assert_int_eq(wr(s, STORE_APPEND, "k", "x", 0, 0, 0, NULL),
+                     STORE_NOT_STORED);
+    ck_assert_int_eq(wr(s, STORE_PREPEND, "k", "x", 0, 0, 0, NULL),
+                     STORE_NOT_STORED);
+    expect(s, "k", NULL);
+    ck_assert_int_eq(wr(s, STORE_SET, "k", "mid", 5, exp, 0, NULL),
+                     STORE_STORED);
+    ck_assert_int_eq(wr(s, STORE_APPEND, "k", "-end", 9, 0, 0, NULL),
+                     STORE_STORED);
+    ck_assert_int_eq(wr(s, STORE_PREPEND, "k", "start-", 9, 0, 0, NULL),
+                     STORE_STORED);
+    expect(s, "k", "start-mid-end");
+    store_item *it = store_get(s, "k", 1);
+    ck_assert_uint_eq(store_item_flags(it), 5);
+    ck_assert_int_eq(store_item_exptime(it), exp);
+    uint64_t cas = store_item_cas(it);
+    store_item_release(it);
+    /* With a cas (binary/meta): mismatch is EXISTS. */
+    ck_assert_int_eq(wr(s, STORE_APPEND, "k", "!", 0, 0, cas + 1, NULL),
+                     STORE_EXISTS);
+    ck_assert_int_eq(wr(s, STORE_APPEND, "k", "!", 0, 0, cas, NULL),
+                     STORE_STORED);
+    expect(s, "k", "start-mid-end!");
+    /* It keeps the existing expiry: gone after 50 s. */
+    advance(&c, 50);
+    expect(s, "k", NULL);
+    ck_assert_int_eq(wr(s, STORE_APPEND, "k", "x", 0, 0, 0, NULL),
+                     STORE_NOT_STORED);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_cas)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    uint64_t c1, c2;
+
+    ck_assert_int_eq(wr(s, STORE_CAS, "k", "v", 0, 0, 12345, NULL),
+                     STORE_NOT_FOUND);
+    ck_assert_int_eq(wr(s, STORE_SET, "k", "v1", 0, 0, 0, &c1), STORE_STORED);
+    ck_assert_int_eq(wr(s, STORE_CAS, "k", "v2", 0, 0, c1 + 1, NULL),
+                     STORE_EXISTS);
+    expect(s, "k", "v1");
+    ck_assert_int_eq(wr(s, STORE_CAS, "k", "v2", 3, 0, c1, &c2), STORE_STORED);
+    ck_assert_uint_ne(c1, c2);
+    ck_assert_uint_eq(cas_of(s, "k"), c2);
+    expect(s, "k", "v2");
+    ck_assert_int_eq(wr(s, STORE_CAS, "k", "v3", 0, 0, c1, NULL),
+                     STORE_EXISTS);
+    /* set with a cas behaves like cas (binary protocol). */
+    ck_assert_int_eq(wr(s, STORE_SET, "k", "v4", 0, 0, c1, NULL),
+                     STORE_EXISTS);
+    ck_assert_int_eq(wr(s, STORE_SET, "zz", "v4", 0, 0, c1, NULL),
+                     STORE_NOT_FOUND);
+    ck_assert_int_eq(wr(s, STORE_SET, "k", "v4", 0, 0, c2, NULL),
+                     STORE_STORED);
+    expect(s, "k", "v4");
+    /* cas on a deleted key: not found. */
+    uint64_t c3 = cas_of(s, "k");
+    ck_assert_int_eq(store_delete(s, "k", 1, 0), STORE_DELETED);
+    ck_assert_int_eq(wr(s, STORE_CAS, "k", "v5", 0, 0, c3, NULL),
+                     STORE_NOT_FOUND);
+    store_destroy(s);
+}
+END_TEST
+
+static int arith(store *s, const char *k, bool incr, uint64_t delta,
+                 uint64_t *v)
+{
+    store_arith_req r;
+    memset(&r, 0, sizeof(r));
+    r.key = k;
+    r.nkey = strlen(k);
+    r.incr = incr;
+    r.delta = delta;
+    return store_arith(s, &r, v, NULL);
+}
+
+START_TEST(test_incr_decr)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    uint64_t v = 777;
+
+    ck_assert_int_eq(arith(s, "n", true, 1, &v), STORE_NOT_FOUND);
+    ck_assert_uint_eq(v, 777);
+    ck_assert_int_eq(wr(s, STORE_SET, "n", "10", 33, 0, 0, NULL),
+                     STORE_STORED);
+    uint64_t before = cas_of(s, "n");
+    ck_assert_int_eq(arith(s, "n", true, 5, &v), STORE_OK);
+    ck_assert_uint_eq(v, 15);
+    expect(s, "n", "15");
+    /* Every change is a new mutation: new cas, flags kept. */
+    ck_assert_uint_ne(cas_of(s, "n"), before);
+    store_item *it = store_get(s, "n", 1);
+    ck_assert_uint_eq(store_item_flags(it), 33);
+    store_item_release(it);
+    ck_assert_uint_eq(stats(s).mutations, 1);
+    /* decr floors at 0. */
+    ck_assert_int_eq(arith(s, "n", false, 100, &v), STORE_OK);
+    ck_assert_uint_eq(v, 0);
+    /* A shorter number keeps the length, space padded, as memcached. */
+    expect(s, "n", "0 ");
+    ck_assert_int_eq(set(s, "n", "100"), STORE_STORED);
+    ck_assert_int_eq(arith(s, "n", false, 1, &v), STORE_OK);
+    expect(s, "n", "99 ");
+    ck_assert_int_eq(arith(s, "n", true, 1, &v), STORE_OK);
+    expect(s, "n", "100");
+    ck_assert_int_eq(arith(s, "n", true, 900, &v), STORE_OK);
+    expect(s, "n", "1000");
+    /* incr wraps at 2^64; the largest 20-digit value parses. */
+    ck_assert_int_eq(set(s, "w", "18446744073709551615"), STORE_STORED);
+    ck_assert_int_eq(arith(s, "w", true, 0, &v), STORE_OK);
+    ck_assert_uint_eq(v, UINT64_MAX);
+    ck_assert_int_eq(arith(s, "w", true, 2, &v), STORE_OK);
+    ck_assert_uint_eq(v, 1);
+    char padded[21];
+    memset(padded, ' ', 20);
+    padded[0] = '1';
+    padded[20] = 0;
+    expect(s, "w", padded);
+    /* One past 2^64 - 1 is not a number. */
+    ck_assert_int_eq(set(s, "o", "18446744073709551616"), STORE_STORED);
+    ck_assert_int_eq(arith(s, "o", true, 1, &v), STORE_NON_NUMERIC);
+    expect(s, "o", "18446744073709551616");
+    /* Non-numeric values. */
+    ck_assert_int_eq(set(s, "x", "abc"), STORE_STORED);
+    ck_assert_int_eq(arith(s, "x", true, 1, &v), STORE_NON_NUMERIC);
+    ck_assert_int_eq(set(s, "x", "12a"), STORE_STORED);
+    ck_assert_int_eq(arith(s, "x", false, 1, &v), STORE_NON_NUMERIC);
+    ck_assert_int_eq(set(s, "x", ""), STORE_STORED);
+    ck_assert_int_eq(arith(s, "x", true, 1, &v), STORE_NON_NUMERIC);
+    ck_assert_int_eq(set(s, "x", "-5"), STORE_STORED);
+    ck_assert_int_eq(arith(s, "x", true, 1, &v), STORE_NON_NUMERIC);
+    expect(s, "x", "-5");
+    ck_assert_int_eq(set(s, "x", "7 "), STORE_STORED);
+    ck_assert_int_eq(arith(s, "x", true, 1, &v), STORE_OK);
+    ck_assert_uint_eq(v, 8);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_arith_cas_vivify)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    store_arith_req r;
+    uint64_t v = 0, cas = 0;
+
+    memset(&r, 0, sizeof(r));
+    r.key = "v";
+    r.nkey = 1;
+    r.incr = true;
+    r.delta = 3;
+    r.vivify = true;
+    r.initial = 40;
+    r.exptime = (int64_t)(T0 / NS) + 10;
+    ck_assert_int_eq(store_arith(s, &r, &v, &cas), STORE_STORED);
+    ck_assert_uint_eq(v, 40);
+    ck_assert_uint_eq(cas, cas_of(s, "v"));
+    expect(s, "v", "40");
+    ck_assert_int_eq(store_arith(s, &r, &v, &cas), STORE_OK);
+    ck_assert_uint_eq(v, 43);
+    r.cas = cas + 1;
+    ck_assert_int_eq(store_arith(s, &r, &v, NULL), STORE_EXISTS);
+    r.cas = cas;
+    ck_assert_int_eq(store_arith(s, &r, &v, NULL), STORE_OK);
+    ck_assert_uint_eq(v, 46);
+    advance(&c, 10);
+    expect(s, "v", NULL);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_touch_gat)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    int64_t now = (int64_t)(T0 / NS);
+
+    ck_assert_int_eq(store_touch(s, "t", 1, now + 5), STORE_NOT_FOUND);
+    ck_assert_ptr_null(store_gat(s, "t", 1, now + 5));
+    ck_assert_int_eq(wr(s, STORE_SET, "t", "val", 8, now + 5, 0, NULL),
+                     STORE_STORED);
+    uint64_t c1 = cas_of(s, "t");
+    ck_assert_int_eq(store_touch(s, "t", 1, now + 20), STORE_OK);
+    uint64_t c2 = cas_of(s, "t");
+    ck_assert_uint_ne(c1, c2);
+    advance(&c, 10);
+    expect(s, "t", "val");
+    store_item *it = store_gat(s, "t", 1, now + 40);
+    ck_assert_ptr_nonnull(it);
+    ck_assert_int_eq(store_item_exptime(it), now + 40);
+    ck_assert_uint_eq(store_item_flags(it), 8);
+    ck_assert_uint_ne(store_item_cas(it), c2);
+    /* The previous read is remembered (meta 'h'). */
+    ck_assert(store_item_fetched(it));
+    store_item_release(it);
+    ck_assert_uint_eq(stats(s).mutations, 1);
+    advance(&c, 25);
+    expect(s, "t", "val");
+    advance(&c, 5);
+    expect(s, "t", NULL);
+    ck_assert_int_eq(store_touch(s, "t", 1, 0), STORE_NOT_FOUND);
+    /* Touch with an expired time makes it a miss at once. */
+    ck_assert_int_eq(set(s, "u", "1"), STORE_STORED);
+    ck_assert_int_eq(store_touch(s, "u", 1, -1), STORE_OK);
+    expect(s, "u", NULL);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_fetched_last_access)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+
+    ck_assert_int_eq(set(s, "a", "1"), STORE_STORED);
+    advance(&c, 7);
+    store_item *it = store_get(s, "a", 1);
+    ck_assert(!store_item_fetched(it));
+    ck_assert_int_eq(store_item_last_access(it), 7);
+    store_item_release(it);
+    advance(&c, 3);
+    it = store_get(s, "a", 1);
+    ck_assert(store_item_fetched(it));
+    ck_assert_int_eq(store_item_last_access(it), 3);
+    store_item_release(it);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_delete_tombstone)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+
+    ck_assert_int_eq(store_delete(s, "d", 1, 0), STORE_NOT_FOUND);
+    ck_assert_int_eq(set(s, "d", "v"), STORE_STORED);
+    uint64_t cas = cas_of(s, "d");
+    store_item *held = store_get(s, "d", 1);
+    store_mutation old;
+    store_item_mutation(held, &old);
+    riblt_id oldid = old.id;
+    ck_assert(store_has(s, &oldid));
+    ck_assert_int_eq(store_delete(s, "d", 1, cas + 1), STORE_EXISTS);
+    expect(s, "d", "v");
+    ck_assert_int_eq(store_delete(s, "d", 1, cas), STORE_DELETED);
+    expect(s, "d", NULL);
+    ck_assert_int_eq(store_delete(s, "d", 1, 0), STORE_NOT_FOUND);
+    /* The value's id left the journal; the holder still reads it. */
+    ck_assert(!store_has(s, &oldid));
+    ck_assert_int_eq(memcmp(store_item_value(held, NULL), "v", 1), 0);
+    store_item_release(held);
+    store_stats st = stats(s);
+    ck_assert_uint_eq(st.curr_items, 0);
+    ck_assert_uint_eq(st.tombstones, 1);
+    ck_assert_uint_eq(st.mutations, 1);
+    ck_assert_int_eq(set_size(s), 1);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_lww_apply)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 5, 0);
+    store_mutation m;
+
+    m = mut(100, T0 + 10, 3, STORE_KIND_VALUE, "k", "first");
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    expect(s, "k", "first");
+    /* Same mutation again: equal version loses. */
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    /* Older loses. */
+    m = mut(101, T0 + 9, 9, STORE_KIND_VALUE, "k", "older");
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    /* Equal version with another id loses (not strictly greater). */
+    m = mut(102, T0 + 10, 3, STORE_KIND_VALUE, "k", "tie");
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    expect(s, "k", "first");
+    /* Same ticks, larger node wins. */
+    m = mut(103, T0 + 10, 4, STORE_KIND_VALUE, "k", "node4");
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    expect(s, "k", "node4");
+    /* Newer wins. */
+    m = mut(104, T0 + 11, 1, STORE_KIND_VALUE, "k", "newer");
+    m.flags = 77;
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    store_item *it = store_get(s, "k", 1);
+    ck_assert_uint_eq(store_item_flags(it), 77);
+    ck_assert_uint_eq(store_item_cas(it), 104);
+    store_item_release(it);
+    riblt_id id100 = {100, 100 * 7919 + 13}, id104 = {104, 104 * 7919 + 13};
+    ck_assert(!store_has(s, &id100));
+    ck_assert(store_has(s, &id104));
+    it = store_fetch(s, &id104);
+    ck_assert_ptr_nonnull(it);
+    store_mutation out;
+    store_item_mutation(it, &out);
+    ck_assert_uint_eq(out.version.ticks, T0 + 11);
+    ck_assert_uint_eq(out.version.node, 1);
+    ck_assert_uint_eq(out.nvalue, 5);
+    store_item_release(it);
+    ck_assert_ptr_null(store_fetch(s, &id100));
+    store_stats st = stats(s);
+    ck_assert_uint_eq(st.applied_remote, 3);
+    ck_assert_uint_eq(st.stale_remote, 3);
+    ck_assert_uint_eq(st.mutations, 1);
+    /* A local write after a peer's beats it. */
+    ck_assert_int_eq(set(s, "k", "local"), STORE_STORED);
+    expect(s, "k", "local");
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_apply_invalid)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 5, 0);
+    store_mutation m;
+
+    m = mut(0, T0, 3, STORE_KIND_VALUE, "k", "v");
+    m.id.hi = 0;
+    ck_assert_int_eq(store_apply(s, &m), STORE_ERR_INVAL);
+    m = mut(1, T0, 3, STORE_KIND_VALUE, NULL, "v");
+    ck_assert_int_eq(store_apply(s, &m), STORE_ERR_INVAL);
+    m = mut(1, T0, 3, 9, "k", "v");
+    ck_assert_int_eq(store_apply(s, &m), STORE_ERR_INVAL);
+    m = mut(1, T0, 3, STORE_KIND_TOMBSTONE, "k", "v");
+    ck_assert_int_eq(store_apply(s, &m), STORE_ERR_INVAL);
+    m = mut(1, T0, 3, STORE_KIND_FLUSH, "k", NULL);
+    m.flush_at = T0;
+    ck_assert_int_eq(store_apply(s, &m), STORE_ERR_INVAL);
+    m = mut(1, UINT64_MAX, 3, STORE_KIND_VALUE, "k", "v");
+    ck_assert_int_eq(store_apply(s, &m), STORE_ERR_INVAL);
+    ck_assert_uint_eq(stats(s).mutations, 0);
+    /* The same id under a second key is refused. */
+    m = mut(1, T0, 3, STORE_KIND_VALUE, "k", "v");
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    m = mut(1, T0, 3, STORE_KIND_VALUE, "k2", "v");
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    expect(s, "k2", NULL);
+    ck_assert_int_eq(set_size(s), 1);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_no_resurrection)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 5, 0);
+    store_mutation m;
+
+    m = mut(10, T0 - 1000, 3, STORE_KIND_VALUE, "k", "old");
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(store_delete(s, "k", 1, 0), STORE_DELETED);
+    /* A late, older write from a peer does not come back. */
+    m = mut(11, T0 - 500, 3, STORE_KIND_VALUE, "k", "late");
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    expect(s, "k", NULL);
+    /* Within the grace the tombstone stays in journal and sketch. */
+    advance(&c, 99);
+    ck_assert_uint_eq(store_sweep(s, 1000), 0);
+    ck_assert_int_eq(set_size(s), 1);
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    /* After the grace the sweep takes it out of both. */
+    advance(&c, 1);
+    ck_assert_uint_eq(store_sweep(s, 1000), 1);
+    ck_assert_int_eq(set_size(s), 0);
+    store_stats st = stats(s);
+    ck_assert_uint_eq(st.mutations, 0);
+    ck_assert_uint_eq(st.tombstones, 0);
+    ck_assert_uint_eq(st.swept, 1);
+    size_t n = store_sketch_symbols(s);
+    riblt_symbol *cells = calloc(n, sizeof(*cells));
+    ck_assert_int_eq(store_sketch_read(s, 0, cells, n, NULL), STORE_OK);
+    for (size_t i = 0; i < n; i++)
+        ck_assert(riblt_symbol_is_zero(&cells[i]));
+    free(cells);
+    /* A tombstone that is past its sweep point does not enter. */
+    m = mut(12, T0, 3, STORE_KIND_TOMBSTONE, "z", NULL);
+    m.exptime = (int64_t)(T0 / NS) - 100;
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(set_size(s), 0);
+    /* A fresh one does, and still beats older values. */
+    m = mut(13, T0 + 100 * NS, 3, STORE_KIND_TOMBSTONE, "z", NULL);
+    m.exptime = (int64_t)(T0 / NS) + 100;
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    m = mut(14, T0 + 50 * NS, 3, STORE_KIND_VALUE, "z", "v");
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    expect(s, "z", NULL);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_expiry)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+
+    int64_t exp = store_exptime_abs(s, 10);
+    ck_assert_int_eq(wr(s, STORE_SET, "e", "v", 0, exp, 0, NULL),
+                     STORE_STORED);
+    advance(&c, 9);
+    expect(s, "e", "v");
+    advance(&c, 1);
+    expect(s, "e", NULL);
+    /* Still in the set until exptime + grace. */
+    ck_assert_uint_eq(store_sweep(s, 100), 0);
+    ck_assert_uint_eq(stats(s).mutations, 1);
+    advance(&c, 99);
+    ck_assert_uint_eq(store_sweep(s, 100), 0);
+    advance(&c, 1);
+    ck_assert_uint_eq(store_sweep(s, 100), 1);
+    store_stats st = stats(s);
+    ck_assert_uint_eq(st.mutations, 0);
+    ck_assert_uint_eq(st.curr_items, 0);
+    ck_assert_uint_eq(st.expired_unfetched, 0);
+    ck_assert_int_eq(set_size(s), 0);
+    /* A set with an already-expired time is stored but is a miss. */
+    ck_assert_int_eq(set(s, "x", "live"), STORE_STORED);
+    ck_assert_int_eq(wr(s, STORE_SET, "x", "gone", 0, -1, 0, NULL),
+                     STORE_STORED);
+    expect(s, "x", NULL);
+    ck_assert_uint_eq(stats(s).mutations, 1);
+    /* A peer's mutation expired long ago is dropped, and retires the
+     * older value it replaces, as if it had come in time and been swept. */
+    store_mutation m = mut(9, T0 + 1, 2, STORE_KIND_VALUE, "p", "v");
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    m = mut(10, T0 + 2, 2, STORE_KIND_VALUE, "p", "w");
+    m.exptime = (int64_t)(T0 / NS) - 5;
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    expect(s, "p", NULL);
+    riblt_id id9 = {9, 9 * 7919 + 13};
+    ck_assert(!store_has(s, &id9));
+    /* Expired but not yet dead: enters the set, a miss. */
+    m = mut(11, T0 + 3, 2, STORE_KIND_VALUE, "q", "w");
+    m.exptime = (int64_t)(c.ns / NS) - 5;
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    expect(s, "q", NULL);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_flush_immediate)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    recorder rec;
+
+    recorder_init(&rec);
+    store_set_listener(s, record, &rec);
+    ck_assert_int_eq(set(s, "a", "1"), STORE_STORED);
+    ck_assert_int_eq(set(s, "b", "2"), STORE_STORED);
+    store_item *held = store_get(s, "a", 1);
+    store_mutation olda;
+    store_item_mutation(held, &olda);
+    ck_assert_int_eq(store_flush_all(s, 0), STORE_OK);
+    expect(s, "a", NULL);
+    expect(s, "b", NULL);
+    ck_assert_int_eq(wr(s, STORE_ADD, "a", "3", 0, 0, 0, NULL), STORE_STORED);
+    expect(s, "a", "3");
+    ck_assert_uint_eq(rec.n, 4);
+    ck_assert_int_eq(store_item_kind(rec.items[2]), STORE_KIND_FLUSH);
+    ck_assert(rec.local[2]);
+    /* The flush is a mutation in the set. */
+    store_stats st = stats(s);
+    ck_assert_uint_eq(st.mutations, 3);
+    /* Sweep takes the flushed values out. */
+    ck_assert_uint_eq(store_sweep(s, 100), 1);
+    ck_assert_uint_eq(stats(s).mutations, 2);
+    /* A late peer value older than the flush is stale; newer is kept. */
+    store_mutation m = olda;
+    m.key = "b";
+    m.nkey = 1;
+    m.id.lo ^= 0x55;
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    expect(s, "b", NULL);
+    m = mut(500, store_clock_now(s).ticks + 1, 2, STORE_KIND_VALUE, "b",
+            "new");
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    expect(s, "b", "new");
+    store_item_release(held);
+    recorder_free(&rec);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_flush_delayed)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+
+    ck_assert_int_eq(set(s, "a", "1"), STORE_STORED);
+    ck_assert_int_eq(store_flush_all(s, 10), STORE_OK);
+    advance(&c, 5);
+    ck_assert_int_eq(set(s, "b", "2"), STORE_STORED);
+    expect(s, "a", "1");
+    expect(s, "b", "2");
+    ck_assert_uint_eq(store_sweep(s, 100), 0);
+    advance(&c, 6);
+    expect(s, "a", NULL);
+    expect(s, "b", NULL);
+    ck_assert_int_eq(set(s, "c", "3"), STORE_STORED);
+    expect(s, "c", "3");
+    ck_assert_uint_eq(store_sweep(s, 100), 2);
+    /* A later flush replaces the earlier by last writer wins. */
+    ck_assert_int_eq(store_flush_all(s, 0), STORE_OK);
+    expect(s, "c", NULL);
+    ck_assert_uint_eq(stats(s).mutations, 2);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_flush_from_peer)
+{
+    fake_clock c = {T0};
+    store *a = mk(&c, 1, 0), *b = mk(&c, 2, 0);
+    recorder rec;
+
+    recorder_init(&rec);
+    store_set_listener(a, record, &rec);
+    ck_assert_int_eq(set(a, "x", "1"), STORE_STORED);
+    ck_assert_int_eq(store_flush_all(a, 0), STORE_OK);
+    ck_assert_uint_eq(rec.n, 2);
+    /* b gets the flush first, then the older value: stale. */
+    store_mutation m;
+    store_item_mutation(rec.items[1], &m);
+    ck_assert_int_eq(m.kind, STORE_KIND_FLUSH);
+    ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    store_item_mutation(rec.items[0], &m);
+    ck_assert_int_eq(store_apply(b, &m), STORE_STALE);
+    expect(b, "x", NULL);
+    ck_assert_uint_eq(store_sweep(a, 100), 1);
+    same_sketch(a, b);
+    recorder_free(&rec);
+    store_destroy(a);
+    store_destroy(b);
+}
+END_TEST
+
+START_TEST(test_cas_same_on_peers)
+{
+    fake_clock c = {T0};
+    store *a = mk(&c, 1, 0), *b = mk(&c, 2, 0);
+    recorder rec;
+
+    recorder_init(&rec);
+    store_set_listener(a, record, &rec);
+    ck_assert_int_eq(set(a, "k", "v"), STORE_STORED);
+    ck_assert_uint_eq(rec.n, 1);
+    store_mutation m;
+    store_item_mutation(rec.items[0], &m);
+    ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    uint64_t ca = cas_of(a, "k");
+    ck_assert_uint_eq(ca, cas_of(b, "k"));
+    /* gets on a, cas on b. */
+    ck_assert_int_eq(wr(b, STORE_CAS, "k", "w", 0, 0, ca, NULL), STORE_STORED);
+    recorder_free(&rec);
+    store_destroy(a);
+    store_destroy(b);
+}
+END_TEST
+
+static uint64_t lcg(uint64_t *x)
+{
+    *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *x >> 33;
+}
+
+/* Invariant 1: the same mutations in any order give equal sketches. */
+START_TEST(test_set_invariant)
+{
+    fake_clock c = {T0};
+    store *a = mk(&c, 1, 0), *b = mk(&c, 2, 0), *d = mk(&c, 3, 0);
+    recorder rec;
+    uint64_t x = 12345;
+    char key[16], val[16];
+
+    recorder_init(&rec);
+    store_set_listener(a, record, &rec);
+    for (int i = 0; i < 600; i++) {
+        snprintf(key, sizeof(key), "k%d", (int)(lcg(&x) % 50));
+        snprintf(val, sizeof(val), "%d", i);
+        switch (lcg(&x) % 5) {
+        case 0:
+            store_delete(a, key, strlen(key), 0);
+            break;
+        case 1:
+            wr(a, STORE_APPEND, key, "+", 0, 0, 0, NULL);
+            break;
+        case 2:
+            arith(a, key, true, 1, NULL);
+            break;
+        default:
+            set(a, key, val);
+        }
+        if (i == 300)
+            store_flush_all(a, 0);
+    }
+    ck_assert_uint_lt(rec.n, 4096);
+    size_t n = rec.n;
+    size_t *order = malloc(n * sizeof(*order));
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = n - 1; i > 0; i--) {
+        size_t j = lcg(&x) % (i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    store_mutation m;
+    for (size_t i = 0; i < n; i++) {
+        store_item_mutation(rec.items[i], &m);
+        int r = store_apply(b, &m);
+        ck_assert(r == STORE_OK || r == STORE_STALE);
+        store_item_mutation(rec.items[n - 1 - i], &m);
+        r = store_apply(d, &m);
+        ck_assert(r == STORE_OK || r == STORE_STALE);
+    }
+    /* b saw them in order, d in reverse; now shuffled again into b. */
+    for (size_t i = 0; i < n; i++) {
+        store_item_mutation(rec.items[order[i]], &m);
+        ck_assert_int_eq(store_apply(b, &m), STORE_STALE);
+    }
+    store_sweep(a, SIZE_MAX);
+    store_sweep(b, SIZE_MAX);
+    store_sweep(d, SIZE_MAX);
+    same_sketch(a, b);
+    same_sketch(a, d);
+    ck_assert_uint_eq(stats(a).mutations, stats(b).mutations);
+    ck_assert_uint_eq(stats(a).mutations, stats(d).mutations);
+    ck_assert_uint_gt(stats(a).mutations, 10);
+    /* After the grace all tombstones leave every set alike. */
+    advance(&c, 200);
+    store_sweep(a, SIZE_MAX);
+    store_sweep(b, SIZE_MAX);
+    store_sweep(d, SIZE_MAX);
+    same_sketch(a, b);
+    same_sketch(a, d);
+    ck_assert_uint_eq(stats(a).tombstones, 0);
+    free(order);
+    recorder_free(&rec);
+    store_destroy(a);
+    store_destroy(b);
+    store_destroy(d);
+}
+END_TEST
+
+START_TEST(test_listener)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    recorder rec;
+
+    recorder_init(&rec);
+    store_set_listener(s, record, &rec);
+    ck_assert_int_eq(set(s, "a", "1"), STORE_STORED);
+    ck_assert_int_eq(wr(s, STORE_ADD, "a", "1", 0, 0, 0, NULL),
+                     STORE_NOT_STORED);
+    ck_assert_int_eq(store_delete(s, "a", 1, 0), STORE_DELETED);
+    store_mutation m = mut(77, T0 + 100, 2, STORE_KIND_VALUE, "r", "v");
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_uint_eq(rec.n, 3);
+    ck_assert(rec.local[0] && rec.local[1] && !rec.local[2]);
+    ck_assert_int_eq(store_item_kind(rec.items[1]), STORE_KIND_TOMBSTONE);
+    ck_assert_uint_eq(store_item_cas(rec.items[2]), 77);
+    recorder_free(&rec);
+    store_destroy(s);
+}
+END_TEST
+
+static size_t item_bytes(const char *key, size_t nvalue)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    char *v = malloc(nvalue + 1);
+    memset(v, 'v', nvalue);
+    v[nvalue] = 0;
+    ck_assert_int_eq(set(s, key, v), STORE_STORED);
+    size_t n = stats(s).bytes;
+    free(v);
+    store_destroy(s);
+    return n;
+}
+
+START_TEST(test_eviction_lru)
+{
+    fake_clock c = {T0};
+    size_t one = item_bytes("a", 2000);
+    store *s = mk(&c, 1, one * 3 + one / 2);
+    char v[2001];
+    recorder rec;
+
+    memset(v, 'v', 2000);
+    v[2000] = 0;
+    recorder_init(&rec);
+    store_set_listener(s, record, &rec);
+    ck_assert_int_eq(set(s, "a", v), STORE_STORED);
+    ck_assert_int_eq(set(s, "b", v), STORE_STORED);
+    ck_assert_int_eq(set(s, "c", v), STORE_STORED);
+    ck_assert_uint_eq(stats(s).evictions, 0);
+    store_mutation bm;
+    store_item_mutation(rec.items[1], &bm);
+    /* A read more than a minute later moves a to the head. */
+    advance(&c, 61);
+    store_item_release(store_get(s, "a", 1));
+    ck_assert_int_eq(set(s, "d", v), STORE_STORED);
+    store_stats st = stats(s);
+    ck_assert_uint_eq(st.evictions, 1);
+    ck_assert_uint_eq(st.evicted_unfetched, 1);
+    ck_assert_uint_eq(st.curr_items, 3);
+    ck_assert_uint_eq(st.tombstones, 1);
+    ck_assert_uint_le(st.bytes, one * 3 + one / 2);
+    expect(s, "b", NULL);
+    expect(s, "a", v);
+    expect(s, "c", v);
+    expect(s, "d", v);
+    /* Evictions are not reported to the listener. */
+    ck_assert_uint_eq(rec.n, 4);
+    /* The tombstone: version (b.ticks + 1, b.node), in the journal. */
+    riblt_id bid = bm.id;
+    ck_assert(!store_has(s, &bid));
+    ck_assert_uint_eq(st.mutations, 4);
+    /* A peer replaying b's write finds it beaten by the tombstone. */
+    ck_assert_int_eq(store_apply(s, &bm), STORE_STALE);
+    store_mutation next = bm;
+    next.version.ticks = bm.version.ticks + 1;
+    next.id.lo ^= 1;
+    ck_assert_int_eq(store_apply(s, &next), STORE_STALE);
+    next.version.node = bm.version.node + 1;
+    next.id.lo ^= 2;
+    ck_assert_int_eq(store_apply(s, &next), STORE_OK);
+    recorder_free(&rec);
+    store_destroy(s);
+}
+END_TEST
+
+/* Collects the ids of a store. */
+typedef struct idlist {
+    riblt_id ids[64];
+    size_t n;
+} idlist;
+
+static void collect(void *arg, const riblt_id *id)
+{
+    idlist *l = arg;
+    if (l->n < 64)
+        l->ids[l->n++] = *id;
+}
+
+START_TEST(test_eviction_same_tombstone)
+{
+    fake_clock c = {T0};
+    size_t one = item_bytes("a", 2000);
+    store *a = mk(&c, 1, one * 2 + one / 2), *b = mk(&c, 2, one * 2 + one / 2);
+    char v[2001];
+    recorder rec;
+
+    memset(v, 'v', 2000);
+    v[2000] = 0;
+    recorder_init(&rec);
+    store_set_listener(a, record, &rec);
+    ck_assert_int_eq(set(a, "a", v), STORE_STORED);
+    ck_assert_int_eq(set(a, "b", v), STORE_STORED);
+    ck_assert_int_eq(set(a, "c", v), STORE_STORED);
+    ck_assert_uint_eq(rec.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        store_mutation m;
+        store_item_mutation(rec.items[i], &m);
+        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    }
+    /* Both evicted a's mutation and wrote the same tombstone. */
+    ck_assert_uint_eq(stats(a).evictions, 1);
+    ck_assert_uint_eq(stats(b).evictions, 1);
+    same_sketch(a, b);
+    idlist la = {.n = 0}, lb = {.n = 0};
+    ck_assert_uint_eq(store_journal_ids(a, collect, &la), 3);
+    ck_assert_uint_eq(store_journal_ids(b, collect, &lb), 3);
+    recorder_free(&rec);
+    store_destroy(a);
+    store_destroy(b);
+}
+END_TEST
+
+START_TEST(test_nomem)
+{
+    fake_clock c = {T0};
+    size_t one = item_bytes("key-000", 100);
+    store *s = mk(&c, 1, one * 4);
+    char key[16];
+
+    const char *v40 = "0123456789012345678901234567890123456789";
+    int i, r = STORE_STORED;
+
+    /* Fill with tombstones (deletes need no room) until a set fails. */
+    for (i = 0; i < 1000; i++) {
+        snprintf(key, sizeof(key), "key-%03d", i);
+        r = set(s, key, v40);
+        if (r != STORE_STORED)
+            break;
+        ck_assert_int_eq(store_delete(s, key, strlen(key), 0), STORE_DELETED);
+    }
+    ck_assert_int_eq(r, STORE_ERR_NOMEM);
+    ck_assert_int_gt(i, 0);
+    expect(s, key, NULL);
+    store_stats st = stats(s);
+    ck_assert_uint_eq(st.mutations, (uint64_t)i);
+    ck_assert_uint_eq(st.tombstones, (uint64_t)i);
+    ck_assert_uint_eq(st.curr_items, 0);
+    ck_assert_uint_eq(st.evictions, 0);
+    /* After the tombstones are swept there is room again. */
+    advance(&c, 101);
+    ck_assert_uint_eq(store_sweep(s, SIZE_MAX), (size_t)i);
+    ck_assert_int_eq(set(s, key, v40), STORE_STORED);
+    expect(s, key, v40);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_too_large)
+{
+    fake_clock c = {T0};
+    store_options o;
+    int err;
+
+    store_options_default(&o);
+    o.item_size_max = 1024;
+    o.sketch_symbols = 64;
+    o.hash_power = 4;
+    o.clock = fake_now;
+    o.clock_arg = &c;
+    store *s = store_create(&o, &err);
+    char v[2048];
+    memset(v, 'x', sizeof(v) - 1);
+    v[sizeof(v) - 1] = 0;
+    ck_assert_int_eq(set(s, "k", "small"), STORE_STORED);
+    ck_assert_int_eq(set(s, "k", v), STORE_ERR_TOO_LARGE);
+    expect(s, "k", "small");
+    v[600] = 0;
+    /* An append whose result cannot fit is not stored, as memcached. */
+    ck_assert_int_eq(set(s, "k", v), STORE_STORED);
+    ck_assert_int_eq(wr(s, STORE_APPEND, "k", v, 0, 0, 0, NULL),
+                     STORE_NOT_STORED);
+    store_mutation m = mut(3, T0 + 1, 2, STORE_KIND_VALUE, "p", NULL);
+    m.value = v;
+    m.nvalue = 2000;
+    ck_assert_int_eq(store_apply(s, &m), STORE_ERR_TOO_LARGE);
+    ck_assert_uint_eq(stats(s).mutations, 1);
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_sweep_budget)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    char key[16];
+
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        ck_assert_int_eq(set(s, key, "v"), STORE_STORED);
+        ck_assert_int_eq(store_delete(s, key, strlen(key), 0), STORE_DELETED);
+    }
+    ck_assert_int_eq(set(s, "keep", "v"), STORE_STORED);
+    advance(&c, 100);
+    ck_assert_uint_eq(store_sweep(s, 10), 10);
+    ck_assert_uint_eq(stats(s).mutations, 91);
+    ck_assert_uint_eq(store_sweep(s, 30), 30);
+    ck_assert_uint_eq(store_sweep(s, SIZE_MAX), 60);
+    ck_assert_uint_eq(store_sweep(s, SIZE_MAX), 0);
+    ck_assert_int_eq(set_size(s), 1);
+    expect(s, "keep", "v");
+    store_destroy(s);
+}
+END_TEST
+
+START_TEST(test_table_growth)
+{
+    fake_clock c = {T0};
+    store_options o;
+    int err;
+    char key[32], val[32];
+
+    store_options_default(&o);
+    o.hash_power = 1;
+    o.sketch_symbols = 64;
+    o.memory_limit = 0;
+    o.clock = fake_now;
+    o.clock_arg = &c;
+    store *s = store_create(&o, &err);
+    ck_assert_uint_eq(stats(s).hash_power_level, 1);
+    for (int i = 0; i < 20000; i++) {
+        snprintf(key, sizeof(key), "key:%d", i);
+        snprintf(val, sizeof(val), "%d", i * 3);
+        ck_assert_int_eq(set(s, key, val), STORE_STORED);
+    }
+    for (int i = 0; i < 20000; i++) {
+        snprintf(key, sizeof(key), "key:%d", i);
+        snprintf(val, sizeof(val), "%d", i * 3);
+        expect(s, key, val);
+    }
+    store_stats st = stats(s);
+    ck_assert_uint_ge(st.hash_power_level, 13);
+    ck_assert_uint_eq(st.curr_items, 20000);
+    ck_assert_uint_eq(st.mutations, 20000);
+    ck_assert_int_eq(set_size(s), 20000);
+    store_destroy(s);
+}
+END_TEST
+
+/* ------------------------------------------------------ threaded smoke */
+
+typedef struct worker {
+    store *s;
+    uint64_t seed;
+    int ops;
+} worker;
+
+static void *smoke(void *arg)
+{
+    worker *w = arg;
+    uint64_t x = w->seed;
+    char key[16], val[64];
+
+    for (int i = 0; i < w->ops; i++) {
+        snprintf(key, sizeof(key), "k%d", (int)(lcg(&x) % 200));
+        size_t nv = lcg(&x) % 60;
+        memset(val, 'a' + (int)(i % 26), nv);
+        val[nv] = 0;
+        switch (lcg(&x) % 8) {
+        case 0:
+            store_delete(w->s, key, strlen(key), 0);
+            break;
+        case 1:
+            wr(w->s, STORE_APPEND, key, "z", 0, 0, 0, NULL);
+            break;
+        case 2: {
+            store_arith_req r = {.key = key,
+                                 .nkey = strlen(key),
+                                 .incr = true,
+                                 .delta = 1,
+                                 .vivify = true};
+            store_arith(w->s, &r, NULL, NULL);
+            break;
+        }
+        case 3: {
+            store_mutation m;
+            memset(&m, 0, sizeof(m));
+            m.id.lo = lcg(&x) | 1;
+            m.id.hi = lcg(&x);
+            m.version = store_clock_now(w->s);
+            m.version.ticks += lcg(&x) % 1000;
+            m.version.node = 99;
+            m.kind = STORE_KIND_VALUE;
+            m.key = key;
+            m.nkey = strlen(key);
+            m.value = val;
+            m.nvalue = nv;
+            store_apply(w->s, &m);
+            break;
+        }
+        case 4:
+            store_touch(w->s, key, strlen(key), 0);
+            break;
+        case 5:
+            store_sweep(w->s, 16);
+            break;
+        default:
+            if (lcg(&x) % 2)
+                set(w->s, key, val);
+            else
+                store_item_release(store_get(w->s, key, strlen(key)));
+        }
+    }
+    return NULL;
+}
+
+static void count_id(void *arg, const riblt_id *id)
+{
+    (void)id;
+    (*(size_t *)arg)++;
+}
+
+START_TEST(test_threads)
+{
+    store_options o;
+    int err;
+    pthread_t th[4];
+    worker w[4];
+
+    store_options_default(&o);
+    o.hash_power = 4;
+    o.sketch_symbols = 512;
+    o.memory_limit = 64 * 1024; /* small: evictions happen */
+    store *s = store_create(&o, &err);
+    ck_assert_ptr_nonnull(s);
+    for (int i = 0; i < 4; i++) {
+        w[i].s = s;
+        w[i].seed = 1000 + (uint64_t)i;
+        w[i].ops = 20000;
+        ck_assert_int_eq(pthread_create(&th[i], NULL, smoke, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    store_stats st = stats(s);
+    size_t n = 0;
+    ck_assert_uint_eq(store_journal_ids(s, count_id, &n), st.mutations);
+    ck_assert_uint_eq(n, st.mutations);
+    ck_assert_int_eq(set_size(s), (int64_t)st.mutations);
+    ck_assert_uint_eq(st.curr_items + st.tombstones, st.mutations);
+    ck_assert_uint_le(st.mutations, 200);
+    /* Every key's current mutation is in the journal. */
+    for (int i = 0; i < 200; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "k%d", i);
+        store_item *it = store_get(s, key, strlen(key));
+        if (it != NULL) {
+            riblt_id id;
+            store_mutation m;
+            store_item_mutation(it, &m);
+            id = m.id;
+            ck_assert(store_has(s, &id));
+            store_item_release(it);
+        }
+    }
+    store_destroy(s);
+}
+END_TEST
+
+static Suite *store_suite(void)
+{
+    Suite *s = suite_create("store");
+    TCase *tc = tcase_create("core");
+
+    tcase_add_test(tc, test_version_cmp);
+    tcase_add_test(tc, test_create_invalid);
+    tcase_add_test(tc, test_hybrid_clock);
+    tcase_add_test(tc, test_exptime_abs);
+    tcase_add_test(tc, test_set_get);
+    tcase_add_test(tc, test_add_replace);
+    tcase_add_test(tc, test_append_prepend);
+    tcase_add_test(tc, test_cas);
+    tcase_add_test(tc, test_incr_decr);
+    tcase_add_test(tc, test_arith_cas_vivify);
+    tcase_add_test(tc, test_touch_gat);
+    tcase_add_test(tc, test_fetched_last_access);
+    tcase_add_test(tc, test_delete_tombstone);
+    tcase_add_test(tc, test_lww_apply);
+    tcase_add_test(tc, test_apply_invalid);
+    tcase_add_test(tc, test_no_resurrection);
+    tcase_add_test(tc, test_expiry);
+    tcase_add_test(tc, test_flush_immediate);
+    tcase_add_test(tc, test_flush_delayed);
+    tcase_add_test(tc, test_flush_from_peer);
+    tcase_add_test(tc, test_cas_same_on_peers);
+    tcase_add_test(tc, test_set_invariant);
+    tcase_add_test(tc, test_listener);
+    tcase_add_test(tc, test_eviction_lru);
+    tcase_add_test(tc, test_eviction_same_tombstone);
+    tcase_add_test(tc, test_nomem);
+    tcase_add_test(tc, test_too_large);
+    tcase_add_test(tc, test_sweep_budget);
+    tcase_add_test(tc, test_table_growth);
+    tcase_add_test(tc, test_threads);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(store_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
