@@ -538,12 +538,12 @@ int options_parse_argv(options *o, int argc, char **argv,
             goto out;
         }
         if (c == ':') {
-            if (optopt != 0 && optopt < 256) {
+            const char *given = argv[optind - 1];
+            if (strncmp(given, "--", 2) == 0) {
+                rc = fail(err, errlen, "option '%s' requires a value", given);
+            } else {
                 rc =
                     fail(err, errlen, "option '-%c' requires a value", optopt);
-            } else {
-                rc = fail(err, errlen, "option '%s' requires a value",
-                          argv[optind - 1]);
             }
             goto out;
         }

@@ -1,0 +1,296 @@
+"""Whole-daemon behaviour: connection limit, idle timeout, signals,
+pidfile, unix socket, shutdown command, stats listings."""
+
+import os
+import signal
+import socket
+import stat
+import time
+import unittest
+
+import harness
+from harness import Server, recv_until, wait_for
+
+TOO_MANY = b"ERROR Too many open connections\r\n"
+
+GENERAL_STATS = [
+    "pid", "uptime", "time", "version", "libevent", "pointer_size",
+    "rusage_user", "rusage_system", "max_connections", "curr_connections",
+    "total_connections", "rejected_connections", "connection_structures",
+    "cmd_get", "cmd_set", "cmd_flush", "cmd_touch", "get_hits", "get_misses",
+    "get_expired", "get_flushed", "delete_misses", "delete_hits",
+    "incr_misses", "incr_hits", "decr_misses", "decr_hits", "cas_misses",
+    "cas_hits", "cas_badval", "touch_hits", "touch_misses", "auth_cmds",
+    "auth_errors", "bytes_read", "bytes_written", "limit_maxbytes",
+    "threads", "conn_yields", "bytes", "curr_items", "total_items",
+    "evictions", "reclaimed", "expired_unfetched", "evicted_unfetched",
+    # the replicated store's own
+    "mutations", "tombstones", "sketch_symbols", "applied_remote",
+    "stale_remote", "swept",
+]
+
+
+def version_ok(sock):
+    sock.sendall(b"version\r\n")
+    return recv_until(sock, b"\r\n").startswith(b"VERSION ")
+
+
+def is_closed(sock, timeout):
+    """True when the peer closes sock within timeout (EOF or reset)."""
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+class ConnectionLimit(unittest.TestCase):
+    def test_limit_rejects_with_message(self):
+        with Server(["-c", "3"]) as srv:
+            # Closing is asynchronous: wait until the start-up probe's
+            # connection is gone, so that exactly three slots are free.
+            watch = srv.connect()
+
+            def only_me():
+                watch.sendall(b"stats\r\n")
+                st = harness.parse_stats(recv_until(watch, b"END\r\n"))
+                return st["curr_connections"] == "1"
+            self.assertTrue(wait_for(only_me, timeout=10))
+            a = srv.connect()
+            b = srv.connect()
+            self.assertTrue(version_ok(a))
+            self.assertTrue(version_ok(b))
+            c = srv.connect()
+            self.assertEqual(recv_until(c, b"\r\n"), TOO_MANY)
+            self.assertTrue(is_closed(c, 10))
+            c.close()
+            # The existing connections are unaffected.
+            self.assertTrue(version_ok(a))
+            b.sendall(b"stats\r\n")
+            st = harness.parse_stats(recv_until(b, b"END\r\n"))
+            self.assertEqual(st["rejected_connections"], "1")
+            self.assertEqual(st["curr_connections"], "3")
+            self.assertEqual(st["max_connections"], "3")
+            # A slot freed is a slot usable again.
+            a.close()
+
+            def reconnect():
+                s = srv.connect()
+                try:
+                    return version_ok(s)
+                except OSError:
+                    return False
+                finally:
+                    s.close()
+            self.assertTrue(wait_for(reconnect, timeout=10))
+            b.close()
+            watch.close()
+
+
+class IdleTimeout(unittest.TestCase):
+    def test_idle_connection_closed_active_kept(self):
+        with Server(["--idle-timeout", "1"]) as srv:
+            idle = srv.connect()
+            busy = srv.connect()
+            self.assertTrue(version_ok(idle))
+            deadline = time.monotonic() + 15
+            closed = False
+            while time.monotonic() < deadline and not closed:
+                self.assertTrue(version_ok(busy))
+                closed = is_closed(idle, 0.2)
+            self.assertTrue(closed, "idle connection was not closed")
+            self.assertTrue(version_ok(busy))
+            busy.sendall(b"stats\r\n")
+            st = harness.parse_stats(recv_until(busy, b"END\r\n"))
+            self.assertGreaterEqual(int(st["idle_kicks"]), 1)
+            idle.close()
+            busy.close()
+
+    def test_no_timeout_by_default(self):
+        with Server() as srv:
+            s = srv.connect()
+            self.assertTrue(version_ok(s))
+            self.assertFalse(is_closed(s, 2.5))
+            self.assertTrue(version_ok(s))
+            self.assertNotIn("idle_kicks", srv.stats())
+            s.close()
+
+
+class Signals(unittest.TestCase):
+    def test_sigterm_exits_cleanly(self):
+        srv = Server().start()
+        try:
+            s = srv.connect()
+            self.assertTrue(version_ok(s))
+            self.assertEqual(srv.stop(signal.SIGTERM), 0, srv.stderr())
+            self.assertTrue(is_closed(s, 10))
+            s.close()
+        finally:
+            srv.close()
+
+    def test_sigint_exits_cleanly(self):
+        srv = Server().start()
+        try:
+            self.assertEqual(srv.stop(signal.SIGINT), 0, srv.stderr())
+        finally:
+            srv.close()
+
+    def test_pidfile_written_and_removed(self):
+        srv = Server()
+        pidfile = os.path.join(srv.tmpdir, "rc.pid")
+        srv.args += ["-P", pidfile]
+        try:
+            srv.start()
+            with open(pidfile) as f:
+                self.assertEqual(int(f.read().strip()), srv.pid)
+            self.assertEqual(srv.stop(), 0)
+            self.assertFalse(os.path.exists(pidfile))
+        finally:
+            srv.close()
+
+
+class Shutdown(unittest.TestCase):
+    def test_shutdown_disabled_by_default(self):
+        with Server() as srv:
+            reply = srv.request(b"shutdown\r\n")
+            self.assertTrue(reply.startswith(b"ERROR") or
+                            reply.startswith(b"CLIENT_ERROR"), reply)
+            self.assertTrue(srv.alive())
+            self.assertIsNone(srv.wait_exit(timeout=1))
+
+    def test_shutdown_enabled(self):
+        srv = Server(["-A"]).start()
+        try:
+            s = srv.connect()
+            s.sendall(b"shutdown\r\n")
+            self.assertEqual(srv.wait_exit(timeout=15), 0, srv.stderr())
+            s.close()
+        finally:
+            srv.close()
+
+
+class UnixSocket(unittest.TestCase):
+    def test_unix_socket_serves_and_is_removed(self):
+        srv = Server(["-a", "770"], unix=True)
+        try:
+            srv.start()
+            mode = stat.S_IMODE(os.stat(srv.sock_path).st_mode)
+            self.assertEqual(mode, 0o770)
+            reply = srv.request(b"set u 5 0 2\r\nhi\r\nget u\r\n",
+                                b"END\r\n")
+            self.assertEqual(reply,
+                             b"STORED\r\nVALUE u 5 2\r\nhi\r\nEND\r\n")
+            st = srv.stats("settings")
+            self.assertEqual(st["domain_socket"], srv.sock_path)
+            self.assertEqual(st["umask"], "770")
+            conns = srv.stats("conns")
+            self.assertIn("unix:" + srv.sock_path, conns.values())
+            self.assertEqual(srv.stop(), 0)
+            self.assertFalse(os.path.exists(srv.sock_path))
+        finally:
+            srv.close()
+
+    def test_stale_socket_file_replaced(self):
+        srv = Server(unix=True)
+        try:
+            path = os.path.join(srv.tmpdir, "mc.sock")
+            stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            stale.bind(path)
+            stale.close()
+            srv.start()
+            self.assertTrue(srv.request(b"version\r\n").startswith(
+                b"VERSION "))
+        finally:
+            srv.close()
+
+
+class Stats(unittest.TestCase):
+    def test_general_stats_names(self):
+        with Server(["-t", "3", "-c", "99", "-m", "16"]) as srv:
+            st = srv.stats()
+        for name in GENERAL_STATS:
+            self.assertIn(name, st)
+        self.assertEqual(st["threads"], "3")
+        self.assertEqual(st["max_connections"], "99")
+        self.assertEqual(st["limit_maxbytes"], str(16 << 20))
+        self.assertEqual(st["pid"], str(srv.pid))
+        self.assertEqual(st["pointer_size"], "64")
+        self.assertRegex(st["rusage_user"], r"^\d+\.\d{6}$")
+
+    def test_counters_sum_over_threads(self):
+        with Server(["-t", "4"]) as srv:
+            socks = [srv.connect() for _ in range(8)]
+            for i, s in enumerate(socks):
+                s.sendall(b"set k%d 0 0 1\r\nx\r\nget k%d\r\nget nope\r\n"
+                          % (i, i))
+                self.assertTrue(recv_until(s, b"END\r\nEND\r\n")
+                                .endswith(b"END\r\nEND\r\n"))
+            st = srv.stats()
+            self.assertEqual(st["cmd_set"], "8")
+            self.assertEqual(st["cmd_get"], "16")
+            self.assertEqual(st["get_hits"], "8")
+            self.assertEqual(st["get_misses"], "8")
+            self.assertEqual(st["curr_items"], "8")
+            self.assertGreater(int(st["bytes_read"]), 8 * 30)
+            self.assertGreater(int(st["bytes_written"]), 8 * 30)
+            self.assertGreaterEqual(int(st["total_connections"]), 8)
+            for s in socks:
+                s.close()
+
+    def test_stats_reset(self):
+        with Server() as srv:
+            srv.request(b"set a 0 0 1\r\n1\r\nget a\r\n", b"END\r\n")
+            self.assertEqual(srv.stats()["cmd_get"], "1")
+            self.assertEqual(srv.request(b"stats reset\r\n"), b"RESET\r\n")
+            st = srv.stats()
+            self.assertEqual(st["cmd_get"], "0")
+            self.assertEqual(st["get_hits"], "0")
+            self.assertEqual(st["total_items"], "0")
+            # Gauges are not counters: the item is still there.
+            self.assertEqual(st["curr_items"], "1")
+
+    def test_stats_conns(self):
+        with Server() as srv:
+            s = srv.connect()
+            mine = "tcp:127.0.0.1:%d" % s.getsockname()[1]
+            s.sendall(b"stats conns\r\n")
+            st = harness.parse_stats(recv_until(s, b"END\r\n"))
+            listen = "tcp:127.0.0.1:%d" % srv.port
+            fds = [k.split(":")[0] for k, v in st.items() if v == mine]
+            self.assertEqual(len(fds), 1, st)
+            fd = fds[0]
+            self.assertEqual(st[fd + ":listen_addr"], listen)
+            self.assertEqual(st[fd + ":state"], "conn_parse_cmd")
+            self.assertIn(fd + ":secs_since_last_cmd", st)
+            listeners = [k for k, v in st.items() if v == "conn_listening"]
+            self.assertEqual(len(listeners), 1)
+            lfd = listeners[0].split(":")[0]
+            self.assertEqual(st[lfd + ":addr"], listen)
+            s.close()
+
+    def test_items_and_slabs(self):
+        with Server() as srv:
+            self.assertEqual(srv.stats("items"), {})
+            srv.request(b"set a 0 0 3\r\nabc\r\nset b 0 0 1\r\nx\r\n",
+                        b"STORED\r\nSTORED\r\n")
+            items = srv.stats("items")
+            self.assertEqual(items["items:1:number"], "2")
+            slabs = srv.stats("slabs")
+            self.assertEqual(slabs["1:used_chunks"], "2")
+            self.assertEqual(slabs["active_slabs"], "1")
+            self.assertEqual(slabs["total_malloced"], srv.stats()["bytes"])
+
+    def test_unknown_group(self):
+        with Server() as srv:
+            reply = srv.request(b"stats no_such_group\r\n")
+            self.assertFalse(reply.startswith(b"STAT"), reply)
+            self.assertTrue(reply.startswith(b"ERROR") or
+                            reply.startswith(b"CLIENT_ERROR"), reply)
+            self.assertTrue(srv.request(b"version\r\n").startswith(
+                b"VERSION "))
+
+
+if __name__ == "__main__":
+    harness.main()

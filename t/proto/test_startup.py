@@ -1,0 +1,235 @@
+"""Start-up: flags, --help, --version, config files, bad input."""
+
+import os
+import re
+import socket
+import tempfile
+import unittest
+
+import harness
+from harness import Server, run
+
+USAGE = 64
+
+# Every flag the daemon must accept (memcached 1.6's plus ours).
+EXPECTED_FLAGS = [
+    "-p, --port", "-U, --udp-port", "-l, --listen", "-s, --unix-socket",
+    "-a, --unix-mask", "-m, --memory-limit", "-c, --conn-limit",
+    "-t, --threads", "-I, --max-item-size", "-v, --verbose",
+    "-F, --disable-flush-all", "-A, --enable-shutdown", "-C, --disable-cas",
+    "-S, --enable-sasl", "-R, --max-reqs-per-event", "-B, --protocol",
+    "-b, --listen-backlog", "-o, --extended", "-d, --daemon",
+    "-P, --pidfile", "-h, --help", "-V, --version", "-f, --config",
+    "--idle-timeout", "--node-id", "--tombstone-grace", "--sketch-symbols",
+    "--sasl-file",
+]
+
+
+def help_names():
+    code, out, _ = run(["--help"])
+    return set(re.findall(r"^\s+\[([a-z_]+)\] default:", out, re.M))
+
+
+def write_config(text):
+    fd, path = tempfile.mkstemp(prefix="ribltcached-conf-", suffix=".conf")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+class HelpAndVersion(unittest.TestCase):
+    def test_help_lists_every_option(self):
+        code, out, err = run(["--help"])
+        self.assertEqual(code, 0, err)
+        for flag in EXPECTED_FLAGS:
+            self.assertIn(flag, out)
+        # Every setting shows its default.
+        self.assertIn("[tcpport] default: 11211", out)
+        self.assertIn("[maxconns] default: 1024", out)
+        self.assertIn("[num_threads] default: 4", out)
+        self.assertIn("[item_size_max] default: 1m", out)
+        self.assertIn("[idle_timeout] default: 0", out)
+
+    def test_short_help(self):
+        code, out, _ = run(["-h"])
+        self.assertEqual(code, 0)
+        self.assertIn("--port", out)
+
+    def test_version(self):
+        for flag in ("-V", "--version"):
+            code, out, _ = run([flag])
+            self.assertEqual(code, 0)
+            self.assertRegex(out, r"^ribltcached \d+\.\d+\.\d+\n$")
+
+
+class BadFlags(unittest.TestCase):
+    def assertUsageError(self, args, needle):
+        code, out, err = run(args)
+        self.assertEqual(code, USAGE, "args %r: %s" % (args, err))
+        self.assertIn(needle, err)
+        self.assertEqual(out, "")
+
+    def test_unknown_flags(self):
+        self.assertUsageError(["--no-such-flag"], "--no-such-flag")
+        self.assertUsageError(["-Z"], "-Z")
+        self.assertUsageError(["extra-argument"], "extra-argument")
+
+    def test_missing_value(self):
+        self.assertUsageError(["-p"], "-p")
+        self.assertUsageError(["--threads"], "--threads")
+
+    def test_bad_values(self):
+        self.assertUsageError(["-p", "70000"], "tcpport")
+        self.assertUsageError(["-p", "12ab"], "tcpport")
+        self.assertUsageError(["-t", "0"], "num_threads")
+        self.assertUsageError(["-c", "-5"], "maxconns")
+        self.assertUsageError(["-I", "512"], "item_size_max")
+        self.assertUsageError(["-I", "2g"], "item_size_max")
+        self.assertUsageError(["-I", "5x"], "item_size_max")
+        self.assertUsageError(["-B", "carrier-pigeon"], "binding_protocol")
+        self.assertUsageError(["-a", "999"], "umask")
+        self.assertUsageError(["-o", "no_such_setting=1"], "no_such_setting")
+        self.assertUsageError(["-o", "novalue"], "name=value")
+
+    def test_udp_rejected(self):
+        self.assertUsageError(["-U", "11211"], "UDP is not supported")
+
+    def test_sasl_needs_credentials(self):
+        self.assertUsageError(["-S"], "sasl-file")
+
+    def test_bad_flag_does_not_listen(self):
+        port = harness.free_port()
+        code, _, _ = run(["-p", str(port), "--bogus"])
+        self.assertEqual(code, USAGE)
+        with self.assertRaises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+    def test_port_in_use(self):
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen(1)
+            port = busy.getsockname()[1]
+            code, _, err = run(["-l", "127.0.0.1", "-p", str(port)])
+            self.assertNotEqual(code, 0)
+            self.assertIn("failed to listen", err)
+
+
+class Settings(unittest.TestCase):
+    def test_flags_reach_stats_settings(self):
+        args = ["-c", "77", "-t", "2", "-m", "100", "-I", "2m", "-R", "7",
+                "-C", "-F", "-A", "-B", "ascii", "-b", "99",
+                "--idle-timeout", "30", "--node-id", "9",
+                "-o", "tombstone_grace=120,sketch_symbols=4096", "-vv"]
+        with Server(args) as srv:
+            st = srv.stats("settings")
+        self.assertEqual(st["maxconns"], "77")
+        self.assertEqual(st["num_threads"], "2")
+        self.assertEqual(st["maxbytes"], str(100 << 20))
+        self.assertEqual(st["item_size_max"], str(2 << 20))
+        self.assertEqual(st["reqs_per_event"], "7")
+        self.assertEqual(st["cas_enabled"], "no")
+        self.assertEqual(st["flush_enabled"], "no")
+        self.assertEqual(st["shutdown_command"], "yes")
+        self.assertEqual(st["binding_protocol"], "ascii")
+        self.assertEqual(st["tcp_backlog"], "99")
+        self.assertEqual(st["idle_timeout"], "30")
+        self.assertEqual(st["node_id"], "9")
+        self.assertEqual(st["tombstone_grace"], "120")
+        self.assertEqual(st["sketch_symbols"], "4096")
+        self.assertEqual(st["verbosity"], "2")
+        self.assertEqual(st["udpport"], "0")
+
+    def test_settings_names_are_config_names(self):
+        names = help_names()
+        self.assertIn("tcpport", names)
+        with Server() as srv:
+            settings = srv.stats("settings")
+        self.assertEqual(set(settings), names)
+
+        # Every listed value, fed back through a config file, is accepted
+        # and reproduces the same listing (the port comes from the flag).
+        lines = ["# generated from stats settings"]
+        for name, value in settings.items():
+            if value != "NULL" and name != "tcpport":
+                lines.append("%s = %s" % (name, value))
+        path = write_config("\n".join(lines) + "\n")
+        try:
+            with Server(["--config", path]) as srv2:
+                again = srv2.stats("settings")
+        finally:
+            os.unlink(path)
+        settings.pop("tcpport")
+        again.pop("tcpport")
+        self.assertEqual(again, settings)
+
+
+class ConfigFile(unittest.TestCase):
+    def test_config_file_applies(self):
+        path = write_config(
+            "# a comment\n\n"
+            "  maxconns = 55  \n"
+            "num_threads=3\n"
+            "item_size_max = 512k\n"
+            "maxbytes = 32m\n"
+            "idle_timeout = 12\n"
+            "port = 1\n"          # long flag name works too; CLI overrides
+            "cas_enabled = no\n")
+        try:
+            with Server(["-f", path]) as srv:
+                st = srv.stats("settings")
+                self.assertEqual(st["tcpport"], str(srv.port))
+        finally:
+            os.unlink(path)
+        self.assertEqual(st["maxconns"], "55")
+        self.assertEqual(st["num_threads"], "3")
+        self.assertEqual(st["item_size_max"], str(512 << 10))
+        self.assertEqual(st["maxbytes"], str(32 << 20))
+        self.assertEqual(st["idle_timeout"], "12")
+        self.assertEqual(st["cas_enabled"], "no")
+
+    def test_cli_overrides_file_in_any_order(self):
+        path = write_config("maxconns = 10\nnum_threads = 2\n")
+        try:
+            with Server(["-c", "20", "--config", path]) as srv:
+                st = srv.stats("settings")
+        finally:
+            os.unlink(path)
+        self.assertEqual(st["maxconns"], "20")
+        self.assertEqual(st["num_threads"], "2")
+
+    def check_bad(self, text, needle):
+        path = write_config(text)
+        try:
+            code, _, err = run(["--config", path])
+        finally:
+            os.unlink(path)
+        self.assertEqual(code, USAGE, err)
+        self.assertIn(needle, err)
+
+    def test_bad_config_files(self):
+        self.check_bad("maxconns = 5\nbogus_name = 1\n", "line 2")
+        self.check_bad("maxconns = 5\nbogus_name = 1\n", "bogus_name")
+        self.check_bad("maxconns\n", "expected 'name = value'")
+        self.check_bad("num_threads = many\n", "num_threads")
+        self.check_bad("= 4\n", "missing name")
+        self.check_bad("maxconns = %s\n" % ("9" * 2000), "longer than")
+        self.check_bad("config = other.conf\n", "command line")
+        self.check_bad("maxconns = 5\x00\n", "NUL")
+        self.check_bad("udpport = 11211\n", "UDP")
+
+    def test_missing_config_file(self):
+        code, _, err = run(["--config", "/nonexistent/ribltcached.conf"])
+        self.assertNotEqual(code, 0)
+        self.assertIn("cannot open config file", err)
+
+    def test_shipped_single_conf(self):
+        # conf/single.conf must start as is (its port replaced by -p).
+        here = os.path.dirname(os.path.abspath(__file__))
+        conf = os.path.join(here, "..", "..", "conf", "single.conf")
+        with Server(["--config", conf]) as srv:
+            st = srv.stats("settings")
+        self.assertEqual(st["tcpport"], str(srv.port))
+
+
+if __name__ == "__main__":
+    harness.main()
