@@ -1,0 +1,1519 @@
+/*
+ * repl.c -- the replication thread: peer connections, the authenticated
+ * handshake, reconciliation rounds (initiator and responder), bulk
+ * transfer and eager push. See repl.h for the overview and
+ * replication/README.md for the protocol and the decisions behind it.
+ *
+ * Threading: everything here runs on the replication thread's event loop
+ * except repl_on_change (called by client worker threads through the
+ * store listener; it only touches the push queue under its mutex) and
+ * repl_emit_stats (reads relaxed atomics and fields fixed at creation).
+ */
+#define _GNU_SOURCE
+#include "repl.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "repl_wire.h"
+
+/* ============================================================= limits */
+
+#define PEER_MAX 64
+#define INCOMING_MAX 256
+#define BATCH_FIRST 64             /* first symbol batch of a round */
+#define BATCH_MAX 4096             /* 128 KiB of symbols per frame */
+#define FETCH_IDS_MAX 16384        /* ids per FETCH frame (256 KiB) */
+#define RECORDS_FRAME (1u << 20)   /* records per MUTATIONS frame, bytes */
+#define OUT_HIGH_WATER (16u << 20) /* a peer this far behind gets no push */
+#define BULK_LOW_WATER (1u << 20)  /* refill bulk output below this */
+#define HANDSHAKE_TIMEOUT_S 5
+#define BACKOFF_MAX_MS 2000
+#define DECODER_FIRST 8192
+
+/* MUTATIONS frame flags. */
+#define MUT_FINAL 1 /* last frame answering a FETCH or a bulk request */
+#define MUT_PUSH 2  /* unsolicited: eager push or a round's local-only ids */
+#define MUT_BULK 4  /* part of a bulk transfer */
+
+/* Extra message type (not in repl_wire.h's list of round messages). */
+#define REPL_MSG_BULK_REQ 16
+
+/* ============================================================== stats */
+
+#define REPL_PEER_COUNTERS(X)                                                 \
+    X(rounds)                                                                 \
+    X(rounds_ok)                                                              \
+    X(rounds_failed)                                                          \
+    X(bulk_transfers)                                                         \
+    X(symbols_recv)                                                           \
+    X(diffs_remote)                                                           \
+    X(diffs_local)                                                            \
+    X(mutations_fetched)                                                      \
+    X(mutations_sent)                                                         \
+    X(pushed)                                                                 \
+    X(push_dropped)                                                           \
+    X(bytes_sent)                                                             \
+    X(bytes_recv)                                                             \
+    X(connects)                                                               \
+    X(connect_failures)                                                       \
+    X(auth_failures)                                                          \
+    X(last_round_symbols)                                                     \
+    X(last_round_us)                                                          \
+    X(last_success)
+
+struct pstats {
+#define PSTATS_FIELD(n) uint64_t n;
+    REPL_PEER_COUNTERS(PSTATS_FIELD)
+#undef PSTATS_FIELD
+};
+
+#define PST_ADD(st, name, v)                                                  \
+    __atomic_fetch_add(&(st)->name, (uint64_t)(v), __ATOMIC_RELAXED)
+#define PST_SET(st, name, v)                                                  \
+    __atomic_store_n(&(st)->name, (uint64_t)(v), __ATOMIC_RELAXED)
+#define PST_GET(st, name) __atomic_load_n(&(st)->name, __ATOMIC_RELAXED)
+
+/* Counters of the serving side and of the node as a whole. */
+#define REPL_NODE_COUNTERS(X)                                                 \
+    X(served_symbol_requests)                                                 \
+    X(served_symbols)                                                         \
+    X(served_fetches)                                                         \
+    X(served_bulk)                                                            \
+    X(applied)                                                                \
+    X(stale)                                                                  \
+    X(rejected_records)                                                       \
+    X(bad_frames)                                                             \
+    X(auth_failures)                                                          \
+    X(incoming_refused)                                                       \
+    X(push_queue_dropped)                                                     \
+    X(encoder_builds)
+
+struct nstats {
+#define NSTATS_FIELD(n) uint64_t n;
+    REPL_NODE_COUNTERS(NSTATS_FIELD)
+#undef NSTATS_FIELD
+};
+
+/* ========================================================= structures */
+
+struct repl;
+struct peer;
+
+enum conn_state { C_HELLO, C_PROOF, C_READY };
+
+/* One peer connection, either direction. */
+struct conn {
+    struct repl *r;
+    struct bufferevent *bev;
+    bool outgoing;
+    struct peer *peer; /* outgoing: its peer; incoming: NULL */
+    enum conn_state state;
+    repl_auth auth;
+    uint64_t seq_out, seq_in;
+    /* responder: the sketch snapshot of the current round */
+    riblt_symbol *snap;
+    int64_t snap_size;
+    riblt_encoder *enc; /* the stream beyond the sketch */
+    /* responder: a bulk transfer in progress */
+    riblt_id *bulk_ids;
+    size_t bulk_n, bulk_pos;
+    struct conn *next; /* incoming list */
+};
+
+/* Initiator state of one round with a peer. */
+struct round {
+    bool active;
+    bool bulk;
+    uint64_t started_ns;
+    riblt_symbol *own; /* own sketch snapshot */
+    int64_t own_size;
+    riblt_encoder *own_enc; /* own stream beyond the sketch */
+    riblt_decoder *dec;
+    size_t dec_cap;
+    riblt_symbol *diffs; /* every difference symbol, to refeed a bigger
+                            decoder */
+    size_t ndiffs, diffs_cap;
+    uint64_t requested; /* offset of the outstanding SYMBOLS_REQ */
+    uint32_t batch;
+    riblt_id *wanted; /* sorted remote-only ids being fetched */
+    size_t nwanted;
+    size_t fetch_frames; /* FETCH frames not yet answered in full */
+};
+
+struct peer {
+    char name[128]; /* host:port as configured */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    bool self;
+    struct conn *conn;
+    bool connecting;
+    uint64_t retry_at_ns;
+    uint32_t backoff_ms;
+    uint32_t node_id; /* learned in the handshake */
+    struct round round;
+    struct pstats st;
+};
+
+struct repl {
+    repl_options o;
+    char *secret;
+    char *listen;
+    store *s;
+    size_t S; /* sketch symbols */
+    struct event_base *base;
+    struct evconnlistener *lis;
+    struct event *tick, *wake, *stop;
+    int wake_fd, stop_fd;
+    pthread_t thread;
+    bool started;
+    struct peer peers[PEER_MAX];
+    int npeers;
+    struct conn *incoming;
+    int nincoming;
+    /* push queue: filled by worker threads, drained by this thread */
+    pthread_mutex_t qlock;
+    store_item **queue;
+    size_t qhead, qlen, qcap;
+    /* scratch for building one frame */
+    uint8_t *scratch;
+    size_t scratch_cap;
+    struct nstats st;
+    uint64_t rng;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t wall_s(void)
+{
+    return (uint64_t)time(NULL);
+}
+
+static uint64_t rng_next(struct repl *r)
+{
+    uint64_t z = (r->rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* ============================================================ options */
+
+void repl_options_default(repl_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->node_id = 1;
+    o->listen = "127.0.0.1";
+    o->port = 0;
+    o->peers = "";
+    o->secret = "";
+    o->period_ms = 100;
+    o->max_symbols = 262144;
+    o->round_timeout_ms = 10000;
+    o->push_queue = 65536;
+    o->item_size_max = 1024 * 1024;
+}
+
+/* Resolves "host:port" (or "[v6]:port") into p->addr. */
+static int peer_parse(struct peer *p, const char *spec, size_t n, char *err,
+                      size_t nerr)
+{
+    char buf[128];
+    if (n == 0 || n >= sizeof(buf)) {
+        snprintf(err, nerr, "peer address '%.*s' is empty or too long",
+                 (int)(n > 64 ? 64 : n), spec);
+        return REPL_ERR_CONFIG;
+    }
+    memcpy(buf, spec, n);
+    buf[n] = '\0';
+    memcpy(p->name, buf, n + 1);
+    char *host = buf, *colon = strrchr(buf, ':');
+    if (!colon || colon == buf || colon[1] == '\0') {
+        snprintf(err, nerr, "peer '%s' is not host:port", p->name);
+        return REPL_ERR_CONFIG;
+    }
+    *colon = '\0';
+    if (host[0] == '[') {
+        size_t hl = strlen(host);
+        if (hl < 2 || host[hl - 1] != ']') {
+            snprintf(err, nerr, "peer '%s' has a bad IPv6 address", p->name);
+            return REPL_ERR_CONFIG;
+        }
+        host[hl - 1] = '\0';
+        host++;
+    }
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port < 1 || port > 65535) {
+        snprintf(err, nerr, "peer '%s' has a bad port", p->name);
+        return REPL_ERR_CONFIG;
+    }
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(host, colon + 1, &hints, &res);
+    if (rc != 0 || !res) {
+        snprintf(err, nerr, "peer '%s': %s", p->name, gai_strerror(rc));
+        return REPL_ERR_CONFIG;
+    }
+    memcpy(&p->addr, res->ai_addr, res->ai_addrlen);
+    p->addrlen = res->ai_addrlen;
+    freeaddrinfo(res);
+    return REPL_OK;
+}
+
+/* Splits the comma-separated list into r->peers. */
+static int peers_parse(struct repl *r, const char *list, char *err,
+                       size_t nerr)
+{
+    const char *p = list ? list : "";
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (!*p)
+            break;
+        const char *e = p;
+        while (*e && *e != ',' && *e != ' ')
+            e++;
+        if (r->npeers == PEER_MAX) {
+            snprintf(err, nerr, "more than %d peers", PEER_MAX);
+            return REPL_ERR_CONFIG;
+        }
+        struct peer *peer = &r->peers[r->npeers];
+        int rc = peer_parse(peer, p, (size_t)(e - p), err, nerr);
+        if (rc != REPL_OK)
+            return rc;
+        r->npeers++;
+        p = e;
+    }
+    return REPL_OK;
+}
+
+/* ======================================================== connections */
+
+static void conn_free(struct conn *c);
+static void round_fail(struct peer *p, const char *why);
+static void on_read(struct bufferevent *bev, void *arg);
+static void on_write(struct bufferevent *bev, void *arg);
+static void on_event(struct bufferevent *bev, short what, void *arg);
+
+static struct pstats *conn_stats(struct conn *c)
+{
+    return c->peer ? &c->peer->st : NULL;
+}
+
+/* Makes sure the scratch buffer holds at least n bytes. */
+static bool scratch_fit(struct repl *r, size_t n)
+{
+    if (n <= r->scratch_cap)
+        return true;
+    size_t cap = r->scratch_cap ? r->scratch_cap : 65536;
+    while (cap < n)
+        cap *= 2;
+    uint8_t *p = realloc(r->scratch, cap);
+    if (!p)
+        return false;
+    r->scratch = p;
+    r->scratch_cap = cap;
+    return true;
+}
+
+/* Payload area of the scratch buffer (frames are built around it). */
+static uint8_t *payload_area(struct repl *r)
+{
+    return r->scratch + REPL_WIRE_HEADER;
+}
+
+/*
+ * Sends a frame whose payload the caller wrote at payload_area(r). Frames
+ * before the session key exists (HELLO/CHALLENGE) carry a zero tag.
+ */
+static int conn_send(struct conn *c, uint8_t type, uint32_t len)
+{
+    struct repl *r = c->r;
+    const uint8_t *key = NULL;
+    uint64_t seq = 0;
+    if (type != REPL_MSG_HELLO && type != REPL_MSG_CHALLENGE) {
+        key = c->auth.session_key;
+        seq = c->seq_out++;
+    }
+    long n = repl_wire_build(r->scratch, r->scratch_cap, type, seq,
+                             payload_area(r), len, key);
+    if (n < 0)
+        return -1;
+    if (evbuffer_add(bufferevent_get_output(c->bev), r->scratch, (size_t)n) !=
+        0)
+        return -1;
+    struct pstats *st = conn_stats(c);
+    if (st)
+        PST_ADD(st, bytes_sent, n);
+    return 0;
+}
+
+static struct conn *conn_new(struct repl *r, evutil_socket_t fd, bool outgoing)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->r = r;
+    c->outgoing = outgoing;
+    c->state = C_HELLO;
+    c->auth.secret = (const uint8_t *)r->secret;
+    c->auth.nsecret = strlen(r->secret);
+    c->bev = bufferevent_socket_new(r->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!c->bev) {
+        free(c);
+        return NULL;
+    }
+    bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
+    struct timeval tv = {HANDSHAKE_TIMEOUT_S, 0};
+    bufferevent_set_timeouts(c->bev, &tv, NULL);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    return c;
+}
+
+/* Closes a connection and forgets it everywhere. */
+static void conn_free(struct conn *c)
+{
+    struct repl *r = c->r;
+    if (c->outgoing && c->peer) {
+        struct peer *p = c->peer;
+        if (p->round.active)
+            round_fail(p, "connection closed");
+        p->conn = NULL;
+        p->connecting = false;
+        p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 50;
+        if (p->backoff_ms > BACKOFF_MAX_MS)
+            p->backoff_ms = BACKOFF_MAX_MS;
+        p->retry_at_ns = now_ns() + (uint64_t)p->backoff_ms * 1000000ull;
+    }
+    if (!c->outgoing) {
+        for (struct conn **pp = &r->incoming; *pp; pp = &(*pp)->next) {
+            if (*pp == c) {
+                *pp = c->next;
+                r->nincoming--;
+                break;
+            }
+        }
+    }
+    bufferevent_free(c->bev);
+    free(c->snap);
+    riblt_encoder_destroy(c->enc);
+    free(c->bulk_ids);
+    free(c);
+}
+
+static void send_error(struct conn *c, const char *text)
+{
+    size_t n = strlen(text);
+    if (c->state != C_READY || !scratch_fit(c->r, n + 64))
+        return;
+    uint8_t *p = payload_area(c->r);
+    repl_wire_put_u32(p, 1);
+    memcpy(p + 4, text, n);
+    conn_send(c, REPL_MSG_ERROR, (uint32_t)(n + 4));
+}
+
+/* ===================================================== mutation records */
+
+/* Appends an item's mutation record at *len; false when it does not fit. */
+static bool put_item(uint8_t *buf, size_t cap, size_t *len, store_item *it)
+{
+    store_mutation m;
+    store_item_mutation(it, &m);
+    long n = repl_wire_put_mutation(buf + *len, cap - *len, &m);
+    if (n < 0)
+        return false;
+    *len += (size_t)n;
+    return true;
+}
+
+/*
+ * Writes MUTATIONS frames holding the items of ids (looked up in the
+ * journal; ids no longer held are skipped) to c. The last frame carries
+ * final_flags. Returns the number of records sent.
+ */
+static size_t send_records(struct conn *c, const riblt_id *ids, size_t n,
+                           uint8_t flags, uint8_t final_flags)
+{
+    struct repl *r = c->r;
+    size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
+    if (!scratch_fit(r, cap + REPL_WIRE_HEADER + REPL_WIRE_TAG))
+        return 0;
+    uint8_t *p = payload_area(r);
+    size_t len = 5, count = 0, sent = 0;
+    for (size_t i = 0; i <= n; i++) {
+        store_item *it = i < n ? store_fetch(r->s, &ids[i]) : NULL;
+        if (i < n && !it)
+            continue;
+        bool last = i == n;
+        if (!last &&
+            len + REPL_WIRE_MUT_FIXED + 250 + r->o.item_size_max > cap) {
+            /* Frame full: flush it first. */
+            p[0] = flags;
+            repl_wire_put_u32(p + 1, (uint32_t)count);
+            conn_send(c, REPL_MSG_MUTATIONS, (uint32_t)len);
+            len = 5;
+            count = 0;
+        }
+        if (!last) {
+            if (put_item(p, cap, &len, it)) {
+                count++;
+                sent++;
+            }
+            store_item_release(it);
+            continue;
+        }
+        p[0] = (uint8_t)(flags | final_flags);
+        repl_wire_put_u32(p + 1, (uint32_t)count);
+        conn_send(c, REPL_MSG_MUTATIONS, (uint32_t)len);
+    }
+    return sent;
+}
+
+/*
+ * Applies the records of a MUTATIONS payload through store_apply. When
+ * wanted is non-NULL, records whose id is not in it (sorted) are refused.
+ * Returns the number of records, or -1 when the payload is malformed.
+ */
+static int apply_records(struct repl *r, const uint8_t *p, size_t len,
+                         const riblt_id *wanted, size_t nwanted)
+{
+    if (len < 5)
+        return -1;
+    uint32_t count = repl_wire_get_u32(p + 1);
+    size_t off = 5;
+    for (uint32_t i = 0; i < count; i++) {
+        store_mutation m;
+        long n =
+            repl_wire_get_mutation(p + off, len - off, r->o.item_size_max, &m);
+        if (n < 0)
+            return -1;
+        off += (size_t)n;
+        if (wanted) {
+            size_t lo = 0, hi = nwanted;
+            bool found = false;
+            while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int cmp = memcmp(&wanted[mid], &m.id, sizeof(m.id));
+                if (cmp == 0) {
+                    found = true;
+                    break;
+                }
+                if (cmp < 0)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (!found) {
+                PST_ADD(&r->st, rejected_records, 1);
+                continue;
+            }
+        }
+        int rc = store_apply(r->s, &m);
+        if (rc == STORE_OK)
+            PST_ADD(&r->st, applied, 1);
+        else if (rc == STORE_STALE)
+            PST_ADD(&r->st, stale, 1);
+        else
+            PST_ADD(&r->st, rejected_records, 1);
+    }
+    return off == len ? (int)count : -1;
+}
+
+/* ========================================================== responder */
+
+/* Collects journal ids into a growing array (store_journal_ids callback). */
+struct idvec {
+    riblt_id *v;
+    size_t n, cap;
+    bool failed;
+};
+
+static void idvec_push(void *arg, const riblt_id *id)
+{
+    struct idvec *iv = arg;
+    if (iv->failed)
+        return;
+    if (iv->n == iv->cap) {
+        size_t cap = iv->cap ? iv->cap * 2 : 1024;
+        riblt_id *v = realloc(iv->v, cap * sizeof(*v));
+        if (!v) {
+            iv->failed = true;
+            return;
+        }
+        iv->v = v;
+        iv->cap = cap;
+    }
+    iv->v[iv->n++] = *id;
+}
+
+/*
+ * Builds an encoder over the current journal, positioned at offset. The
+ * journal may have moved since the sketch snapshot; a round that mixes the
+ * two fails to decode and the next round retries.
+ */
+static riblt_encoder *encoder_from_journal(struct repl *r, uint64_t offset)
+{
+    struct idvec iv = {0};
+    store_journal_ids(r->s, idvec_push, &iv);
+    if (iv.failed) {
+        free(iv.v);
+        return NULL;
+    }
+    riblt_encoder *enc = riblt_encoder_create(iv.n);
+    if (enc) {
+        for (size_t i = 0; i < iv.n; i++)
+            riblt_encoder_add(enc, &iv.v[i]);
+        riblt_encoder_seek(enc, offset);
+    }
+    free(iv.v);
+    PST_ADD(&r->st, encoder_builds, 1);
+    return enc;
+}
+
+/*
+ * Fills out[0..n) with symbols [offset, offset+n) of a stream whose first
+ * S symbols are snap and whose rest comes from *enc (built on demand).
+ */
+static int stream_symbols(struct repl *r, const riblt_symbol *snap,
+                          riblt_encoder **enc, uint64_t offset,
+                          riblt_symbol *out, size_t n)
+{
+    size_t i = 0;
+    for (; i < n && offset + i < r->S; i++)
+        out[i] = snap[offset + i];
+    if (i == n)
+        return 0;
+    uint64_t at = offset + i;
+    if (!*enc) {
+        *enc = encoder_from_journal(r, at);
+        if (!*enc)
+            return -1;
+    } else if (riblt_encoder_position(*enc) != at) {
+        riblt_encoder_seek(*enc, at);
+    }
+    return riblt_encoder_produce(*enc, out + i, n - i) == RIBLT_OK ? 0 : -1;
+}
+
+static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
+{
+    struct repl *r = c->r;
+    if (len != 12)
+        return -1;
+    uint64_t offset = repl_wire_get_u64(p);
+    uint32_t count = repl_wire_get_u32(p + 8);
+    if (count == 0 || count > BATCH_MAX || offset > r->o.max_symbols ||
+        count > r->o.max_symbols - offset) {
+        send_error(c, "symbol request out of bounds");
+        return -1;
+    }
+    if (offset == 0 || !c->snap) {
+        /* A new round: one consistent copy of the sketch serves it all. */
+        if (!c->snap && !(c->snap = malloc(r->S * sizeof(riblt_symbol))))
+            return -1;
+        store_sketch_read(r->s, 0, c->snap, r->S, &c->snap_size);
+        riblt_encoder_destroy(c->enc);
+        c->enc = NULL;
+    }
+    size_t body = 16 + (size_t)count * RIBLT_SYMBOL_WIRE_SIZE;
+    riblt_symbol syms[256];
+    if (!scratch_fit(r, body + REPL_WIRE_HEADER + REPL_WIRE_TAG))
+        return -1;
+    uint8_t *out = payload_area(r);
+    repl_wire_put_u64(out, offset);
+    repl_wire_put_u64(out + 8, (uint64_t)c->snap_size);
+    for (uint32_t done = 0; done < count;) {
+        uint32_t k = count - done > 256 ? 256 : count - done;
+        if (stream_symbols(r, c->snap, &c->enc, offset + done, syms, k) != 0)
+            return -1;
+        riblt_symbols_encode(syms, k,
+                             out + 16 + (size_t)done * RIBLT_SYMBOL_WIRE_SIZE,
+                             (size_t)k * RIBLT_SYMBOL_WIRE_SIZE);
+        done += k;
+    }
+    PST_ADD(&r->st, served_symbol_requests, 1);
+    PST_ADD(&r->st, served_symbols, count);
+    return conn_send(c, REPL_MSG_SYMBOLS, (uint32_t)body);
+}
+
+static int serve_fetch(struct conn *c, const uint8_t *p, size_t len)
+{
+    if (len % 16 != 0 || len / 16 > FETCH_IDS_MAX)
+        return -1;
+    size_t n = len / 16;
+    riblt_id *ids = malloc((n ? n : 1) * sizeof(*ids));
+    if (!ids)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        riblt_id_from_bytes(&ids[i], p + 16 * i);
+    send_records(c, ids, n, 0, MUT_FINAL);
+    free(ids);
+    PST_ADD(&c->r->st, served_fetches, 1);
+    return 0;
+}
+
+/* Sends the next slice of a bulk transfer; called as the output drains. */
+static void bulk_continue(struct conn *c)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    while (c->bulk_ids && evbuffer_get_length(out) < BULK_LOW_WATER) {
+        size_t k = c->bulk_n - c->bulk_pos;
+        if (k > 4096)
+            k = 4096;
+        bool last = c->bulk_pos + k == c->bulk_n;
+        send_records(c, c->bulk_ids + c->bulk_pos, k, MUT_BULK,
+                     last ? MUT_FINAL : 0);
+        c->bulk_pos += k;
+        if (last) {
+            free(c->bulk_ids);
+            c->bulk_ids = NULL;
+        }
+    }
+}
+
+static int serve_bulk(struct conn *c)
+{
+    struct idvec iv = {0};
+    store_journal_ids(c->r->s, idvec_push, &iv);
+    if (iv.failed) {
+        free(iv.v);
+        return -1;
+    }
+    free(c->bulk_ids);
+    c->bulk_ids = iv.v ? iv.v : malloc(sizeof(riblt_id));
+    c->bulk_n = iv.n;
+    c->bulk_pos = 0;
+    PST_ADD(&c->r->st, served_bulk, 1);
+    bufferevent_setwatermark(c->bev, EV_WRITE, BULK_LOW_WATER, 0);
+    bulk_continue(c);
+    return 0;
+}
+
+/* A request (or push) on an incoming, authenticated connection. */
+static int serve(struct conn *c, const repl_frame *f)
+{
+    switch (f->type) {
+    case REPL_MSG_SYMBOLS_REQ:
+        return serve_symbols(c, f->payload, f->length);
+    case REPL_MSG_FETCH:
+        return serve_fetch(c, f->payload, f->length);
+    case REPL_MSG_BULK_REQ:
+        return f->length == 0 ? serve_bulk(c) : -1;
+    case REPL_MSG_MUTATIONS:
+        return apply_records(c->r, f->payload, f->length, NULL, 0) < 0 ? -1
+                                                                       : 0;
+    case REPL_MSG_DONE:
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* ========================================================== initiator */
+
+static void round_reset(struct round *rd)
+{
+    rd->active = false;
+    rd->bulk = false;
+    rd->ndiffs = 0;
+    rd->nwanted = 0;
+    rd->fetch_frames = 0;
+    riblt_encoder_destroy(rd->own_enc);
+    rd->own_enc = NULL;
+    if (rd->dec)
+        riblt_decoder_reset(rd->dec);
+}
+
+static void round_fail(struct peer *p, const char *why)
+{
+    (void)why;
+    PST_ADD(&p->st, rounds_failed, 1);
+    round_reset(&p->round);
+}
+
+static void round_done(struct peer *p)
+{
+    struct round *rd = &p->round;
+    PST_ADD(&p->st, rounds_ok, 1);
+    PST_SET(&p->st, last_success, wall_s());
+    PST_SET(&p->st, last_round_symbols, rd->ndiffs);
+    PST_SET(&p->st, last_round_us, (now_ns() - rd->started_ns) / 1000);
+    round_reset(rd);
+    if (p->conn)
+        conn_send(p->conn, REPL_MSG_DONE, 0);
+}
+
+static int request_symbols(struct peer *p, uint64_t offset, uint32_t count)
+{
+    struct conn *c = p->conn;
+    uint8_t *q = payload_area(c->r);
+    repl_wire_put_u64(q, offset);
+    repl_wire_put_u32(q + 8, count);
+    p->round.requested = offset;
+    return conn_send(c, REPL_MSG_SYMBOLS_REQ, 12);
+}
+
+static void round_start(struct repl *r, struct peer *p)
+{
+    struct round *rd = &p->round;
+    if (!rd->own && !(rd->own = malloc(r->S * sizeof(riblt_symbol))))
+        return;
+    round_reset(rd);
+    store_sketch_read(r->s, 0, rd->own, r->S, &rd->own_size);
+    rd->active = true;
+    rd->started_ns = now_ns();
+    rd->batch = BATCH_FIRST;
+    PST_ADD(&p->st, rounds, 1);
+    if (request_symbols(p, 0, rd->batch) != 0)
+        round_fail(p, "send failed");
+}
+
+/* Grows the decoder, refeeding every difference symbol received so far. */
+static int decoder_grow(struct repl *r, struct round *rd)
+{
+    size_t cap = rd->dec_cap ? rd->dec_cap * 4 : DECODER_FIRST;
+    if (cap > r->o.max_symbols)
+        cap = r->o.max_symbols;
+    if (cap <= rd->dec_cap)
+        return -1;
+    riblt_decoder *d = riblt_decoder_create(cap);
+    if (!d)
+        return -1;
+    for (size_t i = 0; i < rd->ndiffs; i++)
+        riblt_decoder_add_diff(d, &rd->diffs[i]);
+    riblt_decoder_destroy(rd->dec);
+    rd->dec = d;
+    rd->dec_cap = cap;
+    return 0;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    return memcmp(a, b, sizeof(riblt_id));
+}
+
+/*
+ * The decoder finished: push what only we hold, fetch what only the peer
+ * holds. Ids are checked against our journal first (invariant 7).
+ */
+static int round_exchange(struct repl *r, struct peer *p)
+{
+    struct round *rd = &p->round;
+    size_t nr, nl;
+    const riblt_id *remote = riblt_decoder_remote(rd->dec, &nr);
+    const riblt_id *local = riblt_decoder_local(rd->dec, &nl);
+    PST_ADD(&p->st, diffs_remote, nr);
+    PST_ADD(&p->st, diffs_local, nl);
+    if (nl > 0) {
+        size_t sent = send_records(p->conn, local, nl, MUT_PUSH, 0);
+        PST_ADD(&p->st, mutations_sent, sent);
+    }
+    free(rd->wanted);
+    rd->wanted = malloc((nr ? nr : 1) * sizeof(riblt_id));
+    if (!rd->wanted)
+        return -1;
+    rd->nwanted = 0;
+    for (size_t i = 0; i < nr; i++)
+        if (!store_has(r->s, &remote[i]))
+            rd->wanted[rd->nwanted++] = remote[i];
+    if (rd->nwanted == 0) {
+        round_done(p);
+        return 0;
+    }
+    qsort(rd->wanted, rd->nwanted, sizeof(riblt_id), cmp_id);
+    for (size_t at = 0; at < rd->nwanted; at += FETCH_IDS_MAX) {
+        size_t k = rd->nwanted - at;
+        if (k > FETCH_IDS_MAX)
+            k = FETCH_IDS_MAX;
+        if (!scratch_fit(r, k * 16 + 64))
+            return -1;
+        uint8_t *q = payload_area(r);
+        for (size_t i = 0; i < k; i++)
+            riblt_id_to_bytes(&rd->wanted[at + i], q + 16 * i);
+        conn_send(p->conn, REPL_MSG_FETCH, (uint32_t)(k * 16));
+        rd->fetch_frames++;
+    }
+    return 0;
+}
+
+/*
+ * A node this far behind the peer (by coded symbol 0's counts, a lower
+ * bound on the difference) pulls everything instead of streaming: an
+ * empty node, or one whose difference could not decode within the cap.
+ */
+static bool want_bulk(struct repl *r, int64_t own, int64_t remote)
+{
+    if (remote <= own)
+        return false;
+    if (own == 0)
+        return true;
+    return (uint64_t)(remote - own) * 3 / 2 > r->o.max_symbols;
+}
+
+static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
+                      size_t len)
+{
+    struct round *rd = &p->round;
+    if (!rd->active || rd->bulk || len < 16 ||
+        (len - 16) % RIBLT_SYMBOL_WIRE_SIZE != 0)
+        return -1;
+    uint64_t offset = repl_wire_get_u64(q);
+    int64_t rsize = (int64_t)repl_wire_get_u64(q + 8);
+    size_t n = (len - 16) / RIBLT_SYMBOL_WIRE_SIZE;
+    if (offset != rd->requested || n == 0 || n > BATCH_MAX)
+        return -1;
+    PST_ADD(&p->st, symbols_recv, n);
+    if (offset == 0 && want_bulk(r, rd->own_size, rsize)) {
+        rd->bulk = true;
+        PST_ADD(&p->st, bulk_transfers, 1);
+        return conn_send(p->conn, REPL_MSG_BULK_REQ, 0);
+    }
+    if (rd->ndiffs + n > rd->diffs_cap) {
+        size_t cap = rd->diffs_cap ? rd->diffs_cap : 1024;
+        while (cap < rd->ndiffs + n)
+            cap *= 2;
+        riblt_symbol *d = realloc(rd->diffs, cap * sizeof(*d));
+        if (!d)
+            return -1;
+        rd->diffs = d;
+        rd->diffs_cap = cap;
+    }
+    riblt_symbol remote[256], own[256];
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done > 256 ? 256 : n - done;
+        if (riblt_symbols_decode(q + 16 + done * RIBLT_SYMBOL_WIRE_SIZE,
+                                 k * RIBLT_SYMBOL_WIRE_SIZE, remote,
+                                 k) != (long)k)
+            return -1;
+        if (stream_symbols(r, rd->own, &rd->own_enc, offset + done, own, k) !=
+            0)
+            return -1;
+        for (size_t i = 0; i < k; i++) {
+            riblt_symbol *d = &rd->diffs[rd->ndiffs++];
+            riblt_symbol_subtract(d, &remote[i], &own[i]);
+            int rc =
+                rd->dec ? riblt_decoder_add_diff(rd->dec, d) : RIBLT_ERR_FULL;
+            if (rc == RIBLT_ERR_FULL) {
+                rd->ndiffs--; /* refed below with the others */
+                if (decoder_grow(r, rd) != 0)
+                    return -1;
+                rd->ndiffs++;
+                rc = riblt_decoder_add_diff(rd->dec, d);
+            }
+            if (rc != RIBLT_OK)
+                return -1;
+        }
+        done += k;
+    }
+    int rc = riblt_decoder_decode(rd->dec);
+    if (rc == RIBLT_OK)
+        return round_exchange(r, p);
+    if (rc != RIBLT_NEED_MORE)
+        return -1;
+    uint64_t next = offset + n;
+    if (next >= r->o.max_symbols)
+        return -1; /* cap reached: the next round retries */
+    rd->batch = rd->batch * 2 > BATCH_MAX ? BATCH_MAX : rd->batch * 2;
+    uint64_t count = rd->batch;
+    if (count > r->o.max_symbols - next)
+        count = r->o.max_symbols - next;
+    return request_symbols(p, next, (uint32_t)count);
+}
+
+static int on_mutations(struct repl *r, struct peer *p, const uint8_t *q,
+                        size_t len)
+{
+    struct round *rd = &p->round;
+    if (!rd->active || len < 5)
+        return -1;
+    uint8_t flags = q[0];
+    int n = rd->bulk ? apply_records(r, q, len, NULL, 0)
+                     : apply_records(r, q, len, rd->wanted, rd->nwanted);
+    if (n < 0)
+        return -1;
+    PST_ADD(&p->st, mutations_fetched, n);
+    if (flags & MUT_FINAL) {
+        if (rd->bulk || rd->fetch_frames <= 1)
+            round_done(p);
+        else
+            rd->fetch_frames--;
+    }
+    return 0;
+}
+
+/* A reply on an outgoing, authenticated connection. */
+static int on_reply(struct conn *c, const repl_frame *f)
+{
+    struct peer *p = c->peer;
+    switch (f->type) {
+    case REPL_MSG_SYMBOLS:
+        return on_symbols(c->r, p, f->payload, f->length);
+    case REPL_MSG_MUTATIONS:
+        return on_mutations(c->r, p, f->payload, f->length);
+    case REPL_MSG_ERROR:
+        return -1;
+    default:
+        return -1;
+    }
+}
+
+/* ========================================================== handshake */
+
+static int send_hello(struct conn *c, uint8_t type, const uint8_t *nonce)
+{
+    uint8_t *q = payload_area(c->r);
+    repl_wire_put_u32(q, c->r->o.node_id);
+    memcpy(q + 4, nonce, REPL_WIRE_NONCE);
+    return conn_send(c, type, 4 + REPL_WIRE_NONCE);
+}
+
+static int send_proof(struct conn *c, uint8_t type, int role)
+{
+    uint8_t *q = payload_area(c->r);
+    if (repl_wire_proof(&c->auth, role, q) != REPL_WIRE_OK)
+        return -1;
+    return conn_send(c, type, 32);
+}
+
+static void conn_ready(struct conn *c)
+{
+    c->state = C_READY;
+    bufferevent_set_timeouts(c->bev, NULL, NULL);
+    if (c->peer) {
+        c->peer->connecting = false;
+        c->peer->backoff_ms = 0;
+        c->peer->node_id = c->auth.server_node;
+    }
+}
+
+/* Handshake frames; returns -1 to drop the connection. */
+static int handshake(struct conn *c, const repl_frame *f)
+{
+    struct repl *r = c->r;
+    if (c->state == C_HELLO) {
+        uint8_t want = c->outgoing ? REPL_MSG_CHALLENGE : REPL_MSG_HELLO;
+        if (f->type != want || f->length != 4 + REPL_WIRE_NONCE)
+            return -1;
+        uint32_t node = repl_wire_get_u32(f->payload);
+        if (node == r->o.node_id) {
+            /* Our own address in the peer list: never dial it again. */
+            if (c->peer)
+                c->peer->self = true;
+            return -1;
+        }
+        if (c->outgoing) {
+            c->auth.server_node = node;
+            memcpy(c->auth.server_nonce, f->payload + 4, REPL_WIRE_NONCE);
+            if (repl_wire_derive(&c->auth) != REPL_WIRE_OK)
+                return -1;
+            c->state = C_PROOF;
+            return send_proof(c, REPL_MSG_PROOF, 0);
+        }
+        c->auth.client_node = node;
+        c->auth.server_node = r->o.node_id;
+        memcpy(c->auth.client_nonce, f->payload + 4, REPL_WIRE_NONCE);
+        if (repl_wire_nonce(c->auth.server_nonce) != REPL_WIRE_OK ||
+            repl_wire_derive(&c->auth) != REPL_WIRE_OK)
+            return -1;
+        c->state = C_PROOF;
+        return send_hello(c, REPL_MSG_CHALLENGE, c->auth.server_nonce);
+    }
+    /* C_PROOF: the frame was already authenticated with the session key. */
+    uint8_t want = c->outgoing ? REPL_MSG_ACCEPT : REPL_MSG_PROOF;
+    if (f->type != want || !repl_wire_proof_ok(&c->auth, c->outgoing ? 1 : 0,
+                                               f->payload, f->length))
+        return -1;
+    if (!c->outgoing && send_proof(c, REPL_MSG_ACCEPT, 1) != 0)
+        return -1;
+    conn_ready(c);
+    return 0;
+}
+
+/* ===================================================== event callbacks */
+
+static void count_auth_failure(struct conn *c)
+{
+    PST_ADD(&c->r->st, auth_failures, 1);
+    if (c->peer)
+        PST_ADD(&c->peer->st, auth_failures, 1);
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    struct repl *r = c->r;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    for (;;) {
+        size_t avail = evbuffer_get_length(in);
+        if (avail < REPL_WIRE_HEADER)
+            return;
+        uint8_t *hdr = evbuffer_pullup(in, REPL_WIRE_HEADER);
+        uint32_t length = repl_wire_get_u32(hdr + 4);
+        uint32_t cap = c->state == C_READY ? REPL_WIRE_MAX_PAYLOAD : 64;
+        size_t need =
+            length <= cap ? repl_wire_frame_size(length) : REPL_WIRE_HEADER;
+        if (avail < need)
+            return;
+        uint8_t *buf = evbuffer_pullup(in, (ssize_t)need);
+        repl_frame f;
+        size_t used = 0;
+        const uint8_t *key = c->state == C_HELLO ? NULL : c->auth.session_key;
+        int rc = repl_wire_parse(buf, need, key, c->seq_in, cap, &f, &used);
+        if (rc == REPL_WIRE_NEED_MORE)
+            return;
+        if (rc != REPL_WIRE_OK) {
+            if (rc == REPL_WIRE_ERR_AUTH)
+                count_auth_failure(c);
+            else
+                PST_ADD(&r->st, bad_frames, 1);
+            conn_free(c);
+            return;
+        }
+        if (key)
+            c->seq_in++;
+        if (c->peer)
+            PST_ADD(&c->peer->st, bytes_recv, used);
+        int hr;
+        if (c->state != C_READY) {
+            hr = handshake(c, &f);
+            if (hr != 0)
+                count_auth_failure(c);
+        } else {
+            hr = c->outgoing ? on_reply(c, &f) : serve(c, &f);
+            if (hr != 0)
+                PST_ADD(&r->st, bad_frames, 1);
+        }
+        evbuffer_drain(in, used);
+        if (hr != 0) {
+            conn_free(c);
+            return;
+        }
+    }
+}
+
+static void on_write(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    (void)bev;
+    if (c->bulk_ids)
+        bulk_continue(c);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct conn *c = arg;
+    (void)bev;
+    if (what & BEV_EVENT_CONNECTED) {
+        evutil_socket_t fd = bufferevent_getfd(c->bev);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        PST_ADD(&c->peer->st, connects, 1);
+        c->auth.client_node = c->r->o.node_id;
+        if (repl_wire_nonce(c->auth.client_nonce) != REPL_WIRE_OK ||
+            send_hello(c, REPL_MSG_HELLO, c->auth.client_nonce) != 0)
+            conn_free(c);
+        return;
+    }
+    if (what & (BEV_EVENT_ERROR | BEV_EVENT_EOF | BEV_EVENT_TIMEOUT)) {
+        if (c->outgoing && c->state != C_READY)
+            PST_ADD(&c->peer->st, connect_failures, 1);
+        conn_free(c);
+    }
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
+                      struct sockaddr *sa, int socklen, void *arg)
+{
+    struct repl *r = arg;
+    (void)l;
+    (void)sa;
+    (void)socklen;
+    if (r->nincoming >= INCOMING_MAX) {
+        PST_ADD(&r->st, incoming_refused, 1);
+        evutil_closesocket(fd);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    struct conn *c = conn_new(r, fd, false);
+    if (!c) {
+        evutil_closesocket(fd);
+        return;
+    }
+    c->next = r->incoming;
+    r->incoming = c;
+    r->nincoming++;
+}
+
+static void peer_connect(struct repl *r, struct peer *p)
+{
+    struct conn *c = conn_new(r, -1, true);
+    if (!c)
+        return;
+    c->peer = p;
+    p->conn = c;
+    p->connecting = true;
+    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&p->addr,
+                                   (int)p->addrlen) != 0) {
+        PST_ADD(&p->st, connect_failures, 1);
+        conn_free(c);
+    }
+}
+
+static bool peer_ready(const struct peer *p)
+{
+    return p->conn && p->conn->state == C_READY;
+}
+
+/* Every period: reconnect, time rounds out, start a round. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct repl *r = arg;
+    (void)fd;
+    (void)what;
+    uint64_t now = now_ns();
+    int ready[PEER_MAX], nready = 0;
+    for (int i = 0; i < r->npeers; i++) {
+        struct peer *p = &r->peers[i];
+        if (p->self)
+            continue;
+        if (!p->conn && now >= p->retry_at_ns)
+            peer_connect(r, p);
+        if (p->round.active &&
+            now - p->round.started_ns >
+                (uint64_t)r->o.round_timeout_ms * 1000000ull) {
+            /* A stuck round: drop the connection, replies would be late. */
+            conn_free(p->conn);
+            continue;
+        }
+        if (peer_ready(p) && !p->round.active)
+            ready[nready++] = i;
+    }
+    if (nready > 0)
+        round_start(r, &r->peers[ready[rng_next(r) % (uint64_t)nready]]);
+}
+
+/* ========================================================== eager push */
+
+/* Store listener: runs on client worker threads. */
+static void repl_on_change(void *arg, store_item *it, bool origin_local)
+{
+    struct repl *r = arg;
+    if (!origin_local) {
+        store_item_release(it);
+        return;
+    }
+    bool wake = false;
+    pthread_mutex_lock(&r->qlock);
+    if (r->qlen == r->qcap) {
+        pthread_mutex_unlock(&r->qlock);
+        store_item_release(it);
+        PST_ADD(&r->st, push_queue_dropped, 1);
+        return;
+    }
+    r->queue[(r->qhead + r->qlen) % r->qcap] = it;
+    wake = r->qlen++ == 0;
+    pthread_mutex_unlock(&r->qlock);
+    if (wake) {
+        uint64_t one = 1;
+        ssize_t n = write(r->wake_fd, &one, sizeof(one));
+        (void)n; /* a full counter already means "wake up" */
+    }
+}
+
+/* Sends one MUTATIONS frame (at payload_area) to every ready peer. */
+static void push_frame(struct repl *r, size_t len, uint32_t count)
+{
+    for (int i = 0; i < r->npeers; i++) {
+        struct peer *p = &r->peers[i];
+        if (!peer_ready(p))
+            continue;
+        struct evbuffer *out = bufferevent_get_output(p->conn->bev);
+        if (evbuffer_get_length(out) > OUT_HIGH_WATER) {
+            PST_ADD(&p->st, push_dropped, count);
+            continue;
+        }
+        uint8_t *q = payload_area(r);
+        q[0] = MUT_PUSH;
+        repl_wire_put_u32(q + 1, count);
+        conn_send(p->conn, REPL_MSG_MUTATIONS, (uint32_t)len);
+        PST_ADD(&p->st, pushed, count);
+    }
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    struct repl *r = arg;
+    (void)what;
+    uint64_t v;
+    ssize_t rn = read(fd, &v, sizeof(v));
+    (void)rn;
+    size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
+    if (!scratch_fit(r, cap + REPL_WIRE_HEADER + REPL_WIRE_TAG))
+        return;
+    for (;;) {
+        store_item *batch[512];
+        size_t n = 0;
+        pthread_mutex_lock(&r->qlock);
+        while (n < 512 && r->qlen > 0) {
+            batch[n++] = r->queue[r->qhead];
+            r->qhead = (r->qhead + 1) % r->qcap;
+            r->qlen--;
+        }
+        pthread_mutex_unlock(&r->qlock);
+        if (n == 0)
+            return;
+        uint8_t *q = payload_area(r);
+        size_t len = 5;
+        uint32_t count = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (len + REPL_WIRE_MUT_FIXED + 250 + r->o.item_size_max > cap) {
+                push_frame(r, len, count);
+                len = 5;
+                count = 0;
+            }
+            if (put_item(q, cap, &len, batch[i]))
+                count++;
+            store_item_release(batch[i]);
+        }
+        if (count)
+            push_frame(r, len, count);
+    }
+}
+
+static void on_stop(evutil_socket_t fd, short what, void *arg)
+{
+    struct repl *r = arg;
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(r->base);
+}
+
+/* ========================================================== lifecycle */
+
+static void *repl_main(void *arg)
+{
+    struct repl *r = arg;
+    event_base_dispatch(r->base);
+    return NULL;
+}
+
+static int bind_listener(struct repl *r, char *err, size_t nerr)
+{
+    char port[16];
+    snprintf(port, sizeof(port), "%u", (unsigned)r->o.port);
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    int rc = getaddrinfo(r->listen, port, &hints, &res);
+    if (rc != 0 || !res) {
+        snprintf(err, nerr, "peer listen address '%s': %s", r->listen,
+                 gai_strerror(rc));
+        return REPL_ERR_CONFIG;
+    }
+    r->lis = evconnlistener_new_bind(r->base, on_accept, r,
+                                     LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
+                                     64, res->ai_addr, (int)res->ai_addrlen);
+    freeaddrinfo(res);
+    if (!r->lis) {
+        snprintf(err, nerr, "cannot listen on peer port %s:%u: %s", r->listen,
+                 (unsigned)r->o.port, strerror(errno));
+        return REPL_ERR_SYSTEM;
+    }
+    return REPL_OK;
+}
+
+repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
+{
+    if (o->port == 0) {
+        snprintf(err, nerr, "replication needs a peer port");
+        return NULL;
+    }
+    if (o->node_id == 0) {
+        snprintf(err, nerr, "node_id must be non-zero");
+        return NULL;
+    }
+    if ((!o->secret || !o->secret[0]) && !o->insecure) {
+        snprintf(err, nerr,
+                 "a cluster node needs cluster_secret (or "
+                 "repl_insecure = yes to run without authentication)");
+        return NULL;
+    }
+    if (o->period_ms == 0 || o->max_symbols < 1024 || o->push_queue == 0) {
+        snprintf(err, nerr,
+                 "repl_period_ms must be > 0, repl_max_symbols >= 1024, "
+                 "repl_push_queue > 0");
+        return NULL;
+    }
+    struct repl *r = calloc(1, sizeof(*r));
+    if (!r) {
+        snprintf(err, nerr, "out of memory");
+        return NULL;
+    }
+    r->o = *o;
+    r->s = s;
+    r->S = store_sketch_symbols(s);
+    r->wake_fd = r->stop_fd = -1;
+    r->secret = strdup(o->secret ? o->secret : "");
+    r->listen = strdup(o->listen && o->listen[0] ? o->listen : "127.0.0.1");
+    r->qcap = o->push_queue;
+    r->queue = calloc(r->qcap, sizeof(*r->queue));
+    r->rng = now_ns() ^ ((uint64_t)o->node_id << 32);
+    pthread_mutex_init(&r->qlock, NULL);
+    /* Small frames (handshake, requests) are built without a size check. */
+    if (!r->secret || !r->listen || !r->queue || r->S == 0 ||
+        !scratch_fit(r, 65536)) {
+        snprintf(err, nerr, "out of memory");
+        goto fail;
+    }
+    if (peers_parse(r, o->peers, err, nerr) != REPL_OK)
+        goto fail;
+    r->base = event_base_new();
+    r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    r->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!r->base || r->wake_fd < 0 || r->stop_fd < 0) {
+        snprintf(err, nerr, "cannot create the replication event loop");
+        goto fail;
+    }
+    if (bind_listener(r, err, nerr) != REPL_OK)
+        goto fail;
+    r->tick = event_new(r->base, -1, EV_PERSIST, on_tick, r);
+    r->wake = event_new(r->base, r->wake_fd, EV_READ | EV_PERSIST, on_wake, r);
+    r->stop = event_new(r->base, r->stop_fd, EV_READ, on_stop, r);
+    if (!r->tick || !r->wake || !r->stop) {
+        snprintf(err, nerr, "cannot create replication events");
+        goto fail;
+    }
+    struct timeval tv = {o->period_ms / 1000, (o->period_ms % 1000) * 1000};
+    event_add(r->tick, &tv);
+    event_add(r->wake, NULL);
+    event_add(r->stop, NULL);
+    store_set_listener(s, repl_on_change, r);
+    return r;
+fail:
+    repl_destroy(r);
+    return NULL;
+}
+
+int repl_start(repl *r)
+{
+    if (pthread_create(&r->thread, NULL, repl_main, r) != 0)
+        return REPL_ERR_SYSTEM;
+    r->started = true;
+    return REPL_OK;
+}
+
+void repl_destroy(repl *r)
+{
+    if (!r)
+        return;
+    if (r->started) {
+        uint64_t one = 1;
+        ssize_t n = write(r->stop_fd, &one, sizeof(one));
+        (void)n;
+        pthread_join(r->thread, NULL);
+    }
+    if (r->s)
+        store_set_listener(r->s, NULL, NULL);
+    for (int i = 0; i < r->npeers; i++) {
+        struct peer *p = &r->peers[i];
+        if (p->conn)
+            conn_free(p->conn);
+        round_reset(&p->round);
+        free(p->round.own);
+        free(p->round.diffs);
+        free(p->round.wanted);
+        riblt_decoder_destroy(p->round.dec);
+    }
+    while (r->incoming)
+        conn_free(r->incoming);
+    for (size_t i = 0; i < r->qlen; i++)
+        store_item_release(r->queue[(r->qhead + i) % r->qcap]);
+    if (r->lis)
+        evconnlistener_free(r->lis);
+    if (r->tick)
+        event_free(r->tick);
+    if (r->wake)
+        event_free(r->wake);
+    if (r->stop)
+        event_free(r->stop);
+    if (r->base)
+        event_base_free(r->base);
+    if (r->wake_fd >= 0)
+        close(r->wake_fd);
+    if (r->stop_fd >= 0)
+        close(r->stop_fd);
+    pthread_mutex_destroy(&r->qlock);
+    free(r->queue);
+    free(r->scratch);
+    free(r->secret);
+    free(r->listen);
+    free(r);
+}
+
+/* ============================================================== stats */
+
+void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg)
+{
+    char name[192], val[64];
+    snprintf(val, sizeof(val), "%u", r->o.node_id);
+    emit(arg, "node_id", val);
+    snprintf(val, sizeof(val), "%u", (unsigned)r->o.port);
+    emit(arg, "peer_port", val);
+    snprintf(val, sizeof(val), "%d", r->npeers);
+    emit(arg, "peers", val);
+#define NSTATS_EMIT(n)                                                        \
+    snprintf(val, sizeof(val), "%llu",                                        \
+             (unsigned long long)PST_GET(&r->st, n));                         \
+    emit(arg, #n, val);
+    REPL_NODE_COUNTERS(NSTATS_EMIT)
+#undef NSTATS_EMIT
+    pthread_mutex_lock(&r->qlock);
+    snprintf(val, sizeof(val), "%zu", r->qlen);
+    pthread_mutex_unlock(&r->qlock);
+    emit(arg, "push_queue_length", val);
+    for (int i = 0; i < r->npeers; i++) {
+        struct peer *p = &r->peers[i];
+        snprintf(name, sizeof(name), "peer%d:addr", i);
+        emit(arg, name, p->name);
+        /* The connection pointer is the replication thread's: only a
+         * coarse state is read here. */
+        const char *state = p->self ? "self"
+                            : __atomic_load_n(&p->conn, __ATOMIC_RELAXED)
+                                ? "up"
+                                : "down";
+        snprintf(name, sizeof(name), "peer%d:state", i);
+        emit(arg, name, state);
+        snprintf(name, sizeof(name), "peer%d:node_id", i);
+        snprintf(val, sizeof(val), "%u",
+                 __atomic_load_n(&p->node_id, __ATOMIC_RELAXED));
+        emit(arg, name, val);
+#define PSTATS_EMIT(n)                                                        \
+    snprintf(name, sizeof(name), "peer%d:" #n, i);                            \
+    snprintf(val, sizeof(val), "%llu",                                        \
+             (unsigned long long)PST_GET(&p->st, n));                         \
+    emit(arg, name, val);
+        REPL_PEER_COUNTERS(PSTATS_EMIT)
+#undef PSTATS_EMIT
+    }
+}

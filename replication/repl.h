@@ -1,0 +1,66 @@
+/*
+ * repl.h -- leaderless replication between ribltcached nodes.
+ *
+ * The daemon creates one repl object over its store. It runs in a thread of
+ * its own with its own event loop (client event loops never wait on peers):
+ *   - a peer listener that serves reconciliation requests and pushes;
+ *   - one outgoing connection per configured peer, used for this node's
+ *     rounds and for eager push;
+ *   - a gossip timer: every period a random live peer gets a round;
+ *   - the push queue: fresh local writes (from the store's listener) are
+ *     sent to every peer within milliseconds, batched; a full queue drops
+ *     and leaves the repair to the rounds.
+ * Everything a peer sends ends in store_apply, the store's one write path.
+ */
+#ifndef REPL_H
+#define REPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stats.h"
+#include "store.h"
+
+enum repl_rc {
+    REPL_OK = 0,
+    REPL_ERR_CONFIG = -1, /* bad option value (message in err) */
+    REPL_ERR_NOMEM = -2,
+    REPL_ERR_SYSTEM = -3, /* socket, thread or event loop failure */
+};
+
+typedef struct repl_options {
+    uint32_t node_id;          /* this node's id (non-zero, unique) */
+    const char *listen;        /* address of the peer listener */
+    uint16_t port;             /* peer port; 0 = replication off */
+    const char *peers;         /* "host:port,host:port,..." (may hold self) */
+    const char *secret;        /* cluster secret */
+    bool insecure;             /* allow an empty secret */
+    uint32_t period_ms;        /* gossip period (default 100) */
+    uint32_t max_symbols;      /* coded symbols per round, cap */
+    uint32_t round_timeout_ms; /* a round taking longer fails */
+    uint32_t push_queue;       /* pending eager pushes, cap */
+    size_t item_size_max;      /* largest value accepted from a peer */
+} repl_options;
+
+void repl_options_default(repl_options *o);
+
+typedef struct repl repl;
+
+/*
+ * Checks the options, parses the peer list, registers the store listener
+ * and binds the peer port. Returns NULL with a message in err on failure.
+ * The store must outlive the repl object.
+ */
+repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr);
+
+/* Starts the replication thread. */
+int repl_start(repl *r);
+
+/* Stops the thread, closes every connection, frees everything. */
+void repl_destroy(repl *r);
+
+/* Lists the "stats replication" group (safe from any thread). */
+void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg);
+
+#endif /* REPL_H */
