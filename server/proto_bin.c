@@ -22,6 +22,20 @@
  * Buffering is bounded by item_size_max plus a few hundred bytes. Nothing is
  * allocated per request; the only allocation is the small per-connection
  * state that remembers a pending discard and a SASL exchange.
+ *
+ * Where this parser departs from memcached 1.6, on purpose:
+ *   - A body longer than 1 GiB is refused with EINVAL and the connection
+ *     closed (memcached's current rule; older releases tried to swallow it).
+ *   - An unknown opcode's body is skipped exactly; memcached skips the
+ *     extras and key twice and so loses the next request.
+ *   - STAT, TOUCH and GAT must not carry a value (memcached would read it as
+ *     the next request); such requests get EINVAL and a close.
+ *   - VERBOSITY (4-byte level in the extras) is accepted and answered, as in
+ *     memcached 1.4, instead of being an unknown command.
+ *   - A SET refused as too large leaves the key's old value in place (the
+ *     store never changes on a refused request); memcached drops it.
+ *   - SASL is PLAIN only, checked against one configured user; PLAIN without
+ *     an initial response answers AUTH_CONTINUE and expects SASL_STEP.
  */
 #include "proto_bin.h"
 

@@ -496,6 +496,24 @@ START_TEST(test_set_get)
 }
 END_TEST
 
+/* 1 if some chain of the output buffer starts at key's value bytes. */
+static int by_reference(const char *key)
+{
+    struct evbuffer_iovec v[64];
+    store_item *it = store_get(st, key, strlen(key));
+    size_t nvalue = 0;
+    int found = 0;
+    ck_assert_ptr_nonnull(it);
+    const char *value = store_item_value(it, &nvalue);
+    int n = evbuffer_peek(out, -1, NULL, v, 64);
+    ck_assert_int_le(n, 64);
+    for (int i = 0; i < n; i++)
+        if (v[i].iov_base == value && v[i].iov_len == nvalue)
+            found = 1;
+    store_item_release(it);
+    return found;
+}
+
 START_TEST(test_large_value_by_reference)
 {
     /* Values of 256 bytes and more take the by-reference path. */
@@ -515,6 +533,9 @@ START_TEST(test_large_value_by_reference)
         uint64_t cas = cas_of("big");
         res_ok(&w, OP_SET, cas);
         res(&w, OP_GETK, ST_OK, cas, be32(f, 9), 4, "big", 3, v, n);
+        /* Large values are not copied: a chain of the output points at the
+         * item's own bytes. */
+        ck_assert_int_eq(by_reference("big"), n >= 256);
         expect_out(&w);
         /* The reply outlives a later overwrite of the key. */
         req(&b, OP_GET, NULL, 0, "big", NULL, 0);
@@ -1122,6 +1143,33 @@ START_TEST(test_sasl_plain)
 }
 END_TEST
 
+START_TEST(test_sasl_limits)
+{
+    /* An over-long mechanism name or PLAIN message: EINVAL, the body is
+     * dropped and the connection goes on. */
+    bytes b = {0}, w = {0};
+    char mech[41], data[1100];
+    sasl_on();
+    memset(mech, 'M', 40);
+    mech[40] = '\0';
+    memset(data, 'd', sizeof(data));
+    pkt_raw(&b, 0x80, OP_SASL_AUTH, 0, OPQ, 0, NULL, 0, mech, 40, "x", 1, -1,
+            -1, -1);
+    pkt_raw(&b, 0x80, OP_SASL_AUTH, 0, OPQ, 0, NULL, 0, "PLAIN", 5, data,
+            sizeof(data), -1, -1, -1);
+    req(&b, OP_SASL_LIST, NULL, 0, NULL, NULL, 0);
+    ck_assert_int_eq(feed(&b), PROTO_OK);
+    res_err(&w, OP_SASL_AUTH, ST_EINVAL);
+    res_err(&w, OP_SASL_AUTH, ST_EINVAL);
+    res(&w, OP_SASL_LIST, ST_OK, 0, NULL, 0, NULL, 0, "PLAIN", 5);
+    expect_out(&w);
+    ck_assert_uint_eq(evbuffer_get_length(in), 0);
+    ck_assert(!ctx.authenticated);
+    b_free(&b);
+    b_free(&w);
+}
+END_TEST
+
 START_TEST(test_sasl_disabled)
 {
     bytes b = {0}, w = {0};
@@ -1499,6 +1547,7 @@ static Suite *proto_bin_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_sasl_required);
     tcase_add_test(tc, test_sasl_plain);
+    tcase_add_test(tc, test_sasl_limits);
     tcase_add_test(tc, test_sasl_disabled);
     suite_add_tcase(s, tc);
 
