@@ -1071,7 +1071,11 @@ store *store_create(const store_options *o, int *err)
             goto fail;
         atomic_fetch_add(&s->nbuckets, sp->mask + 1);
     }
-    s->jmask = 1023;
+    /* Sized like the key table so that a filling cache rehashes it rarely. */
+    s->jmask = (1ULL << (o->hash_power < 10   ? 10
+                         : o->hash_power > 24 ? 24
+                                              : o->hash_power)) -
+               1;
     s->jbuckets = calloc(s->jmask + 1, sizeof(*s->jbuckets));
     s->sketch = riblt_sketch_create(o->sketch_symbols);
     if (s->jbuckets == NULL || s->sketch == NULL)
@@ -1618,7 +1622,7 @@ static bool mutation_ok(const store_mutation *m)
 
 int store_apply(store *s, const store_mutation *m)
 {
-    store_item *it, *cur, *note = NULL;
+    store_item *it, *note = NULL;
     const char *key;
     struct stripe *sp;
     uint64_t h;
@@ -1650,11 +1654,7 @@ int store_apply(store *s, const store_mutation *m)
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
     atomic_init(&it->atime, t.s);
-    cur = *stripe_slot(sp, h, key, m->nkey);
-    if (cur != NULL && store_version_cmp(&m->version, &cur->version) <= 0)
-        r = APPLY_STALE;
-    else
-        r = do_store_apply(s, sp, it, &t);
+    r = do_store_apply(s, sp, it, &t);
     if (r == APPLY_LINKED && s->listener != NULL) {
         store_item_ref(it);
         note = it;

@@ -809,6 +809,15 @@ START_TEST(test_flush_immediate)
     m.id.lo ^= 0x55;
     ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
     expect(s, "b", NULL);
+    /* Ticks equal to flush_at are covered too. */
+    store_mutation fm;
+    store_item_mutation(rec.items[2], &fm);
+    ck_assert_uint_eq(fm.flush_at, fm.version.ticks);
+    m = mut(499, fm.flush_at, 0, STORE_KIND_VALUE, "b", "edge");
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    m = mut(498, fm.flush_at, 0, STORE_KIND_TOMBSTONE, "b", NULL);
+    m.exptime = (int64_t)(T0 / NS);
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
     m = mut(500, store_clock_now(s).ticks + 1, 2, STORE_KIND_VALUE, "b",
             "new");
     ck_assert_int_eq(store_apply(s, &m), STORE_OK);
@@ -866,6 +875,16 @@ START_TEST(test_flush_from_peer)
     expect(b, "x", NULL);
     ck_assert_uint_eq(store_sweep(a, 100), 1);
     same_sketch(a, b);
+    /* A peer flush whose flush_at is exactly now: the next local write
+     * still gets ticks past it and is live. */
+    fake_clock c2 = {T0 + 1000 * NS};
+    store *e = mk(&c2, 4, 0);
+    m = mut(600, T0, 2, STORE_KIND_FLUSH, NULL, NULL);
+    m.flush_at = c2.ns;
+    ck_assert_int_eq(store_apply(e, &m), STORE_OK);
+    ck_assert_int_eq(set(e, "k", "v"), STORE_STORED);
+    expect(e, "k", "v");
+    store_destroy(e);
     recorder_free(&rec);
     store_destroy(a);
     store_destroy(b);
@@ -1147,6 +1166,13 @@ START_TEST(test_nomem)
     ck_assert_uint_eq(store_sweep(s, SIZE_MAX), (size_t)i);
     ck_assert_int_eq(set(s, key, v40), STORE_STORED);
     expect(s, key, v40);
+    /* An item larger than the whole limit fails without evicting. */
+    char big[2048];
+    memset(big, 'b', sizeof(big) - 1);
+    big[sizeof(big) - 1] = 0;
+    ck_assert_int_eq(set(s, "big", big), STORE_ERR_NOMEM);
+    expect(s, key, v40);
+    ck_assert_uint_eq(stats(s).evictions, 0);
     store_destroy(s);
 }
 END_TEST
@@ -1200,10 +1226,16 @@ START_TEST(test_sweep_budget)
     ck_assert_uint_eq(store_sweep(s, 10), 10);
     ck_assert_uint_eq(stats(s).mutations, 91);
     ck_assert_uint_eq(store_sweep(s, 30), 30);
-    ck_assert_uint_eq(store_sweep(s, SIZE_MAX), 60);
+    /* One at a time, even inside a chain. */
+    for (int i = 0; i < 20; i++)
+        ck_assert_uint_eq(store_sweep(s, 1), 1);
+    ck_assert_uint_eq(store_sweep(s, SIZE_MAX), 40);
     ck_assert_uint_eq(store_sweep(s, SIZE_MAX), 0);
     ck_assert_int_eq(set_size(s), 1);
     expect(s, "keep", "v");
+    riblt_symbol sym[2];
+    ck_assert_int_eq(store_sketch_read(s, 255, sym, 2, NULL), STORE_ERR_INVAL);
+    ck_assert_int_eq(store_sketch_read(s, 255, sym, 1, NULL), STORE_OK);
     store_destroy(s);
 }
 END_TEST
