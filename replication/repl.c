@@ -130,6 +130,8 @@ struct conn {
     riblt_symbol *snap;
     int64_t snap_size;
     riblt_encoder *enc; /* the stream beyond the sketch */
+    /* responder: when the peer's current round began (0 = none) */
+    uint64_t serving_since_ns;
     /* responder: a bulk transfer in progress */
     riblt_id *bulk_ids;
     size_t bulk_n, bulk_pos;
@@ -634,6 +636,7 @@ static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
         store_sketch_read(r->s, 0, c->snap, r->S, &c->snap_size);
         riblt_encoder_destroy(c->enc);
         c->enc = NULL;
+        c->serving_since_ns = now_ns();
     }
     size_t body = 16 + (size_t)count * RIBLT_SYMBOL_WIRE_SIZE;
     riblt_symbol syms[256];
@@ -723,10 +726,27 @@ static int serve(struct conn *c, const repl_frame *f)
         return apply_records(c->r, f->payload, f->length, NULL, 0) < 0 ? -1
                                                                        : 0;
     case REPL_MSG_DONE:
+        c->serving_since_ns = 0;
         return 0;
     default:
         return -1;
     }
+}
+
+/*
+ * True while peer p runs a round against us. Two nodes reconciling with
+ * each other at the same time would each stream the whole difference; one
+ * round already moves it both ways, so the other side skips its turn.
+ */
+static bool peer_serving(struct repl *r, const struct peer *p, uint64_t now)
+{
+    for (struct conn *c = r->incoming; c; c = c->next)
+        if (c->state == C_READY && c->auth.client_node == p->node_id &&
+            c->serving_since_ns != 0 &&
+            now - c->serving_since_ns <
+                (uint64_t)r->o.round_timeout_ms * 1000000ull)
+            return true;
+    return false;
 }
 
 /* ========================================================== initiator */
@@ -1185,6 +1205,19 @@ static bool peer_ready(const struct peer *p)
     return p->conn && p->conn->state == C_READY;
 }
 
+/*
+ * Arms the next tick after a period jittered to between 0.5 and 1.5 times
+ * repl_period_ms, so that nodes started together drift apart instead of
+ * choosing each other in lockstep.
+ */
+static void tick_arm(struct repl *r)
+{
+    uint64_t us = (uint64_t)r->o.period_ms * 500 +
+                  rng_next(r) % ((uint64_t)r->o.period_ms * 1000 + 1);
+    struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
+    event_add(r->tick, &tv);
+}
+
 /* Every period: reconnect, time rounds out, start a round. */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
@@ -1206,11 +1239,12 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
             conn_free(p->conn);
             continue;
         }
-        if (peer_ready(p) && !p->round.active)
+        if (peer_ready(p) && !p->round.active && !peer_serving(r, p, now))
             ready[nready++] = i;
     }
     if (nready > 0)
         round_start(r, &r->peers[ready[rng_next(r) % (uint64_t)nready]]);
+    tick_arm(r);
 }
 
 /* ========================================================== eager push */
@@ -1397,15 +1431,14 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
     }
     if (bind_listener(r, err, nerr) != REPL_OK)
         goto fail;
-    r->tick = event_new(r->base, -1, EV_PERSIST, on_tick, r);
+    r->tick = event_new(r->base, -1, 0, on_tick, r);
     r->wake = event_new(r->base, r->wake_fd, EV_READ | EV_PERSIST, on_wake, r);
     r->stop = event_new(r->base, r->stop_fd, EV_READ, on_stop, r);
     if (!r->tick || !r->wake || !r->stop) {
         snprintf(err, nerr, "cannot create replication events");
         goto fail;
     }
-    struct timeval tv = {o->period_ms / 1000, (o->period_ms % 1000) * 1000};
-    event_add(r->tick, &tv);
+    tick_arm(r);
     event_add(r->wake, NULL);
     event_add(r->stop, NULL);
     store_set_listener(s, repl_on_change, r);

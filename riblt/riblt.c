@@ -802,15 +802,59 @@ size_t riblt_sketch_size(const riblt_sketch *sk)
     return sk->n;
 }
 
+/*
+ * The sketch walks a mapping only while its index is below the sketch size
+ * (far below 2^53), so the index can stay a double: integers that small
+ * are exact in double arithmetic, and the sequence is bit for bit the one
+ * riblt_mapping_next gives, without an int/double conversion on the
+ * dependency chain of every step.
+ */
+static inline double mapping_step(uint64_t *state, double idx)
+{
+    uint64_t r = *state * 0xda942042e4dd58b5ULL;
+    *state = r;
+    double d =
+        ceil((idx + 1.5) * (4294967296.0 / sqrt((double)r + 1.0) - 1.0));
+    return idx + (d >= 1.0 ? d : 1.0);
+}
+
 static inline void sketch_walk(riblt_sketch *sk, const riblt_id *id,
                                uint64_t hash, int64_t delta)
 {
-    riblt_mapping m;
-    riblt_mapping_init(&m, hash);
-    while (m.index < sk->n) {
-        cell_apply(&sk->cells[m.index], id, hash, delta);
-        riblt_mapping_next(&m);
+    uint64_t state = hash ? hash : MAPPING_ZERO_STATE;
+    double end = (double)sk->n;
+    for (double idx = 0; idx < end; idx = mapping_step(&state, idx))
+        cell_apply(&sk->cells[(size_t)idx], id, hash, delta);
+}
+
+/*
+ * Two walks interleaved: their steps are independent, so the CPU overlaps
+ * the two chains of multiply, sqrt and divide.
+ */
+static void sketch_walk2(riblt_sketch *sk, const riblt_id *a, uint64_t ha,
+                         int64_t da, const riblt_id *b, uint64_t hb,
+                         int64_t db)
+{
+    uint64_t sa = ha ? ha : MAPPING_ZERO_STATE;
+    uint64_t sb = hb ? hb : MAPPING_ZERO_STATE;
+    double end = (double)sk->n, ia = 0, ib = 0;
+    while (ia < end && ib < end) {
+        cell_apply(&sk->cells[(size_t)ia], a, ha, da);
+        cell_apply(&sk->cells[(size_t)ib], b, hb, db);
+        ia = mapping_step(&sa, ia);
+        ib = mapping_step(&sb, ib);
     }
+    for (; ia < end; ia = mapping_step(&sa, ia))
+        cell_apply(&sk->cells[(size_t)ia], a, ha, da);
+    for (; ib < end; ib = mapping_step(&sb, ib))
+        cell_apply(&sk->cells[(size_t)ib], b, hb, db);
+}
+
+void riblt_sketch_replace_hashed(riblt_sketch *sk, const riblt_id *old_id,
+                                 uint64_t old_hash, const riblt_id *new_id,
+                                 uint64_t new_hash)
+{
+    sketch_walk2(sk, old_id, old_hash, -1, new_id, new_hash, 1);
 }
 
 void riblt_sketch_add_hashed(riblt_sketch *sk, const riblt_id *id,

@@ -42,10 +42,11 @@ extern "C" {
 #define RIBLT_ERR_INVAL (-2) /* bad argument (NULL, zero size, mismatch) */
 #define RIBLT_ERR_ORDER (-3) /* call made in the wrong order */
 #define RIBLT_ERR_FULL (-4)  /* a capacity given at creation is reached */
-#define RIBLT_ERR_CORRUPT (-5) /* symbols are inconsistent with any two sets  \
-                                */
-#define RIBLT_ERR_SHORT (-6)   /* not enough symbols to decode */
-#define RIBLT_ERR_WIRE (-7)    /* malformed wire encoding */
+#define RIBLT_ERR_CORRUPT                                                     \
+    (-5)                     /* symbols are inconsistent with any two sets    \
+                              */
+#define RIBLT_ERR_SHORT (-6) /* not enough symbols to decode */
+#define RIBLT_ERR_WIRE (-7)  /* malformed wire encoding */
 
 /* Returns a static, human-readable name for a RIBLT_* code. */
 const char *riblt_strerror(int code);
@@ -237,6 +238,14 @@ void riblt_sketch_add_hashed(riblt_sketch *sk, const riblt_id *id,
                              uint64_t hash);
 void riblt_sketch_remove_hashed(riblt_sketch *sk, const riblt_id *id,
                                 uint64_t hash);
+
+/*
+ * Removes old_id and adds new_id in one pass (the two walks interleaved,
+ * which is faster than two calls). Hashes as riblt_hash gives them.
+ */
+void riblt_sketch_replace_hashed(riblt_sketch *sk, const riblt_id *old_id,
+                                 uint64_t old_hash, const riblt_id *new_id,
+                                 uint64_t new_hash);
 
 /*
  * Copies n symbols starting at offset into out. RIBLT_ERR_INVAL when the

@@ -50,6 +50,34 @@ START_TEST(test_add_then_remove_is_zero)
 }
 END_TEST
 
+START_TEST(test_replace_equals_remove_then_add)
+{
+    enum { S = 4096, N = 2000 };
+    uint64_t seed = 31;
+    riblt_sketch *a = riblt_sketch_create(S), *b = riblt_sketch_create(S);
+    riblt_id *ids = malloc(N * sizeof(*ids));
+    for (int i = 0; i < N; i++) {
+        ids[i] = tu_id(&seed);
+        riblt_sketch_add(a, &ids[i]);
+        riblt_sketch_add(b, &ids[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        riblt_id fresh = tu_id(&seed);
+        riblt_sketch_remove(a, &ids[i]);
+        riblt_sketch_add(a, &fresh);
+        riblt_sketch_replace_hashed(b, &ids[i], riblt_hash(&ids[i]), &fresh,
+                                    riblt_hash(&fresh));
+    }
+    ck_assert_int_eq(memcmp(riblt_sketch_cells(a), riblt_sketch_cells(b),
+                            S * sizeof(riblt_symbol)),
+                     0);
+    ck_assert_int_eq(riblt_sketch_count(b), N);
+    free(ids);
+    riblt_sketch_destroy(a);
+    riblt_sketch_destroy(b);
+}
+END_TEST
+
 /* Builds sketches of A = common + a_only and B = common + b_only. */
 static void two_sketches(size_t s, size_t na, size_t nb, size_t nc,
                          riblt_sketch **a, riblt_sketch **b, riblt_id *a_only,
@@ -143,6 +171,7 @@ static Suite *sketch_suite(void)
     TCase *tc = tcase_create("sketch");
     tcase_add_test(tc, test_sketch_equals_encoder_prefix);
     tcase_add_test(tc, test_add_then_remove_is_zero);
+    tcase_add_test(tc, test_replace_equals_remove_then_add);
     tcase_add_test(tc, test_subtract_decodes_difference);
     tcase_add_test(tc, test_too_short_sketch);
     tcase_add_test(tc, test_sketch_bounds);
