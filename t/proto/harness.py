@@ -20,6 +20,8 @@ import unittest
 SERVER = None  # path of the ribltcached binary, set by main()
 
 START_TIMEOUT = 15.0
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                     "runtime error:", "ThreadSanitizer")
 STOP_TIMEOUT = 15.0
 
 
@@ -163,9 +165,14 @@ class Server:
             return None
 
     def close(self):
+        """Stops the server; raises if it reported a sanitizer error."""
         self.stop()
         self.kill()
+        report = self.stderr()
         shutil.rmtree(self.tmpdir, ignore_errors=True)
+        for marker in SANITIZER_MARKERS:
+            if marker in report:
+                raise AssertionError("server reported:\n" + report)
 
     def __enter__(self):
         return self.start()
