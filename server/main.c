@@ -332,17 +332,35 @@ static void write_pidfile(void)
     d.pid_written = true;
 }
 
-/* Detaches from the terminal; stderr stays open so start-up errors still
- * reach whoever started the daemon. */
+/*
+ * Detaches from the terminal. The parent waits until the child reports
+ * that it is serving (exit 0) or dies trying (exit 1), so whoever started
+ * the daemon learns whether it started. stderr stays open until then so
+ * that start-up errors are seen; see daemon_ready().
+ */
+static int ready_fd = -1;
+
 static void daemonize(void)
 {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        die(EXIT_STARTUP, "pipe: %s", strerror(errno));
+    }
     pid_t pid = fork();
     if (pid < 0) {
         die(EXIT_STARTUP, "fork: %s", strerror(errno));
     }
     if (pid > 0) {
-        _exit(0);
+        char ok = 0;
+        close(p[1]);
+        ssize_t n;
+        do {
+            n = read(p[0], &ok, 1);
+        } while (n < 0 && errno == EINTR);
+        _exit(n == 1 && ok == 'r' ? 0 : EXIT_STARTUP);
     }
+    close(p[0]);
+    ready_fd = p[1];
     if (setsid() < 0) {
         die(EXIT_STARTUP, "setsid: %s", strerror(errno));
     }
@@ -351,6 +369,27 @@ static void daemonize(void)
         dup2(null, STDIN_FILENO);
         dup2(null, STDOUT_FILENO);
         if (null > STDERR_FILENO) {
+            close(null);
+        }
+    }
+}
+
+/* Tells the waiting parent that start-up succeeded. Without -v, stderr is
+ * let go as well: nothing more is written there. */
+static void daemon_ready(void)
+{
+    if (ready_fd < 0) {
+        return;
+    }
+    char ok = 'r';
+    ssize_t n = write(ready_fd, &ok, 1);
+    (void)n;
+    close(ready_fd);
+    ready_fd = -1;
+    if (d.opts.verbosity == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) {
+            dup2(null, STDERR_FILENO);
             close(null);
         }
     }
@@ -503,6 +542,7 @@ int main(int argc, char **argv)
         daemonize();
     }
     start();
+    daemon_ready();
     event_base_dispatch(d.base);
     stop();
     return 0;

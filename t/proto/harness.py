@@ -86,8 +86,10 @@ def parse_stats(data):
 class Server:
     """One ribltcached process. Use as a context manager."""
 
-    def __init__(self, args=(), unix=False, ready="version"):
+    def __init__(self, args=(), unix=False, ready="version",
+                 listen="127.0.0.1"):
         self.args = list(args)
+        self.listen = listen
         self.unix = unix
         self.ready = ready
         self.port = None
@@ -108,7 +110,7 @@ class Server:
                 argv += ["-s", self.sock_path]
             else:
                 self.port = free_port()
-                argv += ["-l", "127.0.0.1", "-p", str(self.port)]
+                argv += ["-l", self.listen, "-p", str(self.port)]
             with open(self.stderr_path, "wb") as err:
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL,

@@ -93,6 +93,27 @@ class BinaryClient(unittest.TestCase):
             self.check(srv)
 
 
+@unittest.skipIf(pylibmc is None or not pylibmc.support_sasl,
+                 "pylibmc without SASL")
+class Sasl(unittest.TestCase):
+    def test_sasl_plain(self):
+        srv = Server(["-S"], ready="connect")
+        creds = os.path.join(srv.tmpdir, "sasl")
+        with open(creds, "w") as f:
+            f.write("# test credentials\nalice:s3cr:et\n")
+        srv.args += ["--sasl-file", creds]
+        with srv:
+            good = pylibmc.Client([srv.address()], binary=True,
+                                  username="alice", password="s3cr:et")
+            self.assertTrue(good.set("s", "ok"))
+            self.assertEqual(good.get("s"), "ok")
+            bad = pylibmc.Client([srv.address()], binary=True,
+                                 username="alice", password="wrong")
+            with self.assertRaises(pylibmc.Error):
+                bad.set("s", "no")
+            self.assertEqual(good.get("s"), "ok")
+
+
 @unittest.skipIf(shutil.which("memccp") is None or
                  shutil.which("memccat") is None,
                  "libmemcached-tools not installed")

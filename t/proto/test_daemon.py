@@ -206,6 +206,70 @@ class UnixSocket(unittest.TestCase):
             srv.close()
 
 
+class Listening(unittest.TestCase):
+    def have_ipv6_loopback(self):
+        try:
+            with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+                s.bind(("::1", 0))
+            return True
+        except OSError:
+            return False
+
+    def test_ipv6_and_address_list(self):
+        if not self.have_ipv6_loopback():
+            self.skipTest("no IPv6 loopback")
+        with Server(listen="127.0.0.1,[::1]") as srv:
+            with socket.create_connection(("::1", srv.port),
+                                          timeout=10) as s6:
+                self.assertTrue(version_ok(s6))
+                s6.sendall(b"stats conns\r\n")
+                conns = harness.parse_stats(recv_until(s6, b"END\r\n"))
+            self.assertIn("tcp6:[::1]:%d" % srv.port, conns.values())
+            self.assertIn("tcp:127.0.0.1:%d" % srv.port, conns.values())
+            self.assertTrue(srv.request(b"version\r\n").startswith(
+                b"VERSION "))
+
+
+class Daemonize(unittest.TestCase):
+    def test_daemon_mode(self):
+        tmp = Server()  # only for its temporary directory
+        try:
+            pidfile = os.path.join(tmp.tmpdir, "d.pid")
+            port = harness.free_port()
+            code, _, err = harness.run(["-d", "-P", pidfile, "-l",
+                                        "127.0.0.1", "-p", str(port)])
+            self.assertEqual(code, 0, err)
+            self.assertTrue(wait_for(lambda: os.path.exists(pidfile)))
+            with open(pidfile) as f:
+                pid = int(f.read().strip())
+            try:
+                def answers():
+                    try:
+                        with socket.create_connection(("127.0.0.1", port),
+                                                      timeout=2) as s:
+                            return version_ok(s)
+                    except OSError:
+                        return False
+                self.assertTrue(wait_for(answers, timeout=10))
+            finally:
+                os.kill(pid, signal.SIGTERM)
+            self.assertTrue(wait_for(lambda: not os.path.exists(pidfile),
+                                     timeout=15))
+        finally:
+            tmp.close()
+
+
+    def test_daemon_reports_startup_failure(self):
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen(1)
+            port = busy.getsockname()[1]
+            code, _, err = harness.run(["-d", "-l", "127.0.0.1", "-p",
+                                        str(port)])
+        self.assertNotEqual(code, 0)
+        self.assertIn("failed to listen", err)
+
+
 class Stats(unittest.TestCase):
     def test_general_stats_names(self):
         with Server(["-t", "3", "-c", "99", "-m", "16"]) as srv:
