@@ -31,6 +31,15 @@
 #include "store.h"
 #include "worker.h"
 
+/* Replication is optional at build time: the daemon runs as a single node
+ * when replication/ is not built. */
+#if defined(__has_include)
+#if __has_include("repl.h")
+#include "repl.h"
+#define HAVE_REPL 1
+#endif
+#endif
+
 #define MAX_LISTENERS 32
 
 /* Exit status when the daemon cannot start (bind, memory, threads). */
@@ -55,6 +64,9 @@ typedef struct daemon_state {
     int shutdown_pipe[2];
     bool unix_bound;
     bool pid_written;
+#ifdef HAVE_REPL
+    repl *repl;
+#endif
 } daemon_state;
 
 static daemon_state d = {.shutdown_pipe = {-1, -1}};
@@ -271,6 +283,62 @@ static void listen_unix(void)
     add_listener(l);
 }
 
+/* -------------------------------------------------------- replication */
+
+#ifdef HAVE_REPL
+static void repl_stats(void *arg, stats_emit_fn emit, void *emit_arg)
+{
+    repl_emit_stats(arg, emit, emit_arg);
+}
+
+/* Creates the replication object (binds the peer port) when repl_port is
+ * set; exits with a message when the settings are refused. */
+static void repl_setup(void)
+{
+    if (d.opts.repl_port == 0) {
+        return;
+    }
+    repl_options ro;
+    char err[512];
+    repl_options_default(&ro);
+    ro.node_id = (uint32_t)d.opts.node_id;
+    ro.listen = d.opts.repl_listen;
+    ro.port = (uint16_t)d.opts.repl_port;
+    ro.peers = d.opts.peers ? d.opts.peers : "";
+    ro.secret = d.opts.cluster_secret ? d.opts.cluster_secret : "";
+    ro.insecure = d.opts.repl_insecure;
+    ro.period_ms = (uint32_t)d.opts.repl_period_ms;
+    ro.max_symbols = (uint32_t)d.opts.repl_max_symbols;
+    ro.round_timeout_ms = (uint32_t)d.opts.repl_round_timeout_ms;
+    ro.push_queue = (uint32_t)d.opts.repl_push_queue;
+    ro.item_size_max = (size_t)d.opts.item_size_max;
+    d.repl = repl_create(d.store, &ro, err, sizeof(err));
+    if (d.repl == NULL) {
+        die(EXIT_STARTUP, "replication: %s", err);
+    }
+    stats_register_group("replication", repl_stats, d.repl);
+}
+
+static void repl_run(void)
+{
+    if (d.repl != NULL && repl_start(d.repl) != 0) {
+        die(EXIT_STARTUP, "replication: cannot start its thread");
+    }
+}
+#else
+static void repl_setup(void)
+{
+    if (d.opts.repl_port != 0) {
+        die(EXIT_STARTUP, "this build has no replication (repl_port must "
+                          "be 0)");
+    }
+}
+
+static void repl_run(void)
+{
+}
+#endif
+
 /* ------------------------------------------------- timers and signals */
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -423,6 +491,7 @@ static void start(void)
     d.pcfg.version = RIBLTCACHE_VERSION;
 
     stats_registry_setup(&d.opts, d.store);
+    repl_setup();
 
     d.base = event_base_new();
     if (d.base == NULL) {
@@ -457,6 +526,7 @@ static void start(void)
     } else {
         listen_tcp();
     }
+    repl_run();
 
     struct timeval one = {1, 0};
     d.ev_term = evsignal_new(d.base, SIGTERM, signal_cb, NULL);
@@ -491,6 +561,13 @@ static void stop(void)
         unlink(d.opts.domain_socket);
     }
     worker_pool_stop();
+#ifdef HAVE_REPL
+    /* After the workers: no client write can reach the push queue now. */
+    if (d.repl != NULL) {
+        repl_destroy(d.repl);
+        d.repl = NULL;
+    }
+#endif
     stats_registry_teardown();
     event_free(d.ev_term);
     event_free(d.ev_int);

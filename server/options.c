@@ -222,7 +222,8 @@ static int set_value(options *o, const options_desc *d, const char *value,
         }
         return fail(err, errlen, "%s: '%s' is not auto, ascii or binary",
                     d->name, value ? value : "");
-    case OPTIONS_STR: {
+    case OPTIONS_STR:
+    case OPTIONS_SECRET: {
         if (value == NULL) {
             return fail(err, errlen, "%s: a value is required", d->name);
         }
@@ -292,7 +293,7 @@ int options_init(options *o)
 void options_free(options *o)
 {
     for (size_t i = 0; i < OPTIONS_COUNT; i++) {
-        if (descs[i].type == OPTIONS_STR) {
+        if (descs[i].type == OPTIONS_STR || descs[i].type == OPTIONS_SECRET) {
             free(*field_str(o, &descs[i]));
             *field_str(o, &descs[i]) = NULL;
         }
@@ -659,7 +660,13 @@ static const char *arg_hint(const options_desc *d)
     case OPTIONS_PROTO:
         return "<proto>";
     case OPTIONS_STR:
-        return d == &descs[OPTIONS_IDX_inter] ? "<addr>" : "<path>";
+        if (d == &descs[OPTIONS_IDX_inter] ||
+            d == &descs[OPTIONS_IDX_repl_listen]) {
+            return "<addr>";
+        }
+        return d == &descs[OPTIONS_IDX_peers] ? "<list>" : "<path>";
+    case OPTIONS_SECRET:
+        return "<secret>";
     case OPTIONS_VERB:
         return "[<level>]";
     case OPTIONS_CLI:
@@ -730,6 +737,9 @@ void options_emit(const options *o, options_emit_fn emit, void *arg)
             break;
         case OPTIONS_STR:
             out = *(char *const *)p ? *(char *const *)p : "NULL";
+            break;
+        case OPTIONS_SECRET:
+            out = *(char *const *)p ? "<hidden>" : "NULL";
             break;
         case OPTIONS_CLI:
             continue;

@@ -45,6 +45,7 @@ enum options_rc {
  *   VERB     verbosity: each -v adds one; by name a number 0..max
  *   PROTO    auto-negotiate | ascii | binary (auto is accepted too)
  *   STR      a string; unset prints as NULL
+ *   SECRET   a string that `stats settings` never shows (prints <hidden>)
  *   CLI      command-line only (help, version, config file, -o): not a
  *            setting, not in the config file or `stats settings`
  */
@@ -58,6 +59,7 @@ enum options_type {
     OPTIONS_VERB,
     OPTIONS_PROTO,
     OPTIONS_STR,
+    OPTIONS_SECRET,
     OPTIONS_CLI,
 };
 
@@ -137,6 +139,24 @@ enum options_proto {
     X(output_buffer_max, 0, "output-buffer-max", OPTIONS_SIZE, "4m",          \
       64 * OPTIONS_KB, OPTIONS_GB,                                            \
       "pending reply bytes per connection before reading pauses")             \
+    X(repl_port, 0, "repl-port", OPTIONS_UINT, "0", 0, 65535,                 \
+      "peer port for replication (0 = replication off)")                      \
+    X(repl_listen, 0, "repl-listen", OPTIONS_STR, "127.0.0.1", 0, 0,          \
+      "address of the peer listener")                                         \
+    X(peers, 0, "peers", OPTIONS_STR, NULL, 0, 0,                             \
+      "cluster members, host:port,host:port (may include this node)")         \
+    X(cluster_secret, 0, "cluster-secret", OPTIONS_SECRET, NULL, 0, 0,        \
+      "shared secret peers authenticate with (prefer the config file)")       \
+    X(repl_insecure, 0, "repl-insecure", OPTIONS_BOOL_ON, "no", 0, 0,         \
+      "allow replication without a cluster secret")                           \
+    X(repl_period_ms, 0, "repl-period-ms", OPTIONS_UINT, "100", 1, 3600000,   \
+      "milliseconds between reconciliation rounds")                           \
+    X(repl_max_symbols, 0, "repl-max-symbols", OPTIONS_UINT, "262144", 1,     \
+      4294967295ULL, "coded symbols one round may take, cap")                 \
+    X(repl_round_timeout_ms, 0, "repl-round-timeout-ms", OPTIONS_UINT,        \
+      "10000", 1, 3600000, "a round taking longer fails")                     \
+    X(repl_push_queue, 0, "repl-push-queue", OPTIONS_UINT, "65536", 1,        \
+      4294967295ULL, "fresh writes waiting for eager push, cap")              \
     X(config, 'f', "config", OPTIONS_CLI, NULL, 0, 0,                         \
       "read settings from FILE (name = value lines); flags override it")      \
     X(extended, 'o', "extended", OPTIONS_CLI, NULL, 0, 0,                     \
@@ -167,6 +187,7 @@ enum options_index {
 #define OPTIONS_CTYPE_OPTIONS_VERB uint64_t
 #define OPTIONS_CTYPE_OPTIONS_PROTO uint64_t
 #define OPTIONS_CTYPE_OPTIONS_STR char *
+#define OPTIONS_CTYPE_OPTIONS_SECRET char *
 #define OPTIONS_CTYPE_OPTIONS_CLI bool
 
 typedef struct options {

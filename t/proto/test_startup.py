@@ -139,6 +139,12 @@ class Settings(unittest.TestCase):
         self.assertEqual(st["verbosity"], "2")
         self.assertEqual(st["udpport"], "0")
 
+    def test_secret_never_listed(self):
+        with Server(["--cluster-secret", "sw0rdfish"]) as srv:
+            raw = srv.request(b"stats settings\r\n", b"END\r\n")
+        self.assertNotIn(b"sw0rdfish", raw)
+        self.assertIn(b"STAT cluster_secret <hidden>\r\n", raw)
+
     def test_settings_names_are_config_names(self):
         names = help_names()
         self.assertIn("tcpport", names)
