@@ -326,7 +326,7 @@ static bool flush_out(conn *c)
             total += (size_t)n;
             continue;
         }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (n == 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) {
             break;
         }
         if (n < 0 && errno == EINTR) {
