@@ -85,13 +85,21 @@
  * from the evicted id by a fixed mix (the same on every node), so two nodes
  * that evict the same mutation hold the same tombstone and their sets stay
  * equal. Evictions are not reported to the listener; peers learn the
- * tombstone through reconciliation. Tombstones count toward memory but are
- * never evicted; when only tombstones are left and there is still no room,
- * the write fails with STORE_ERR_NOMEM. Memory is accounted by each item's
- * real allocation size when it is linked and unlinked; the room check runs
- * before the key's lock is taken, so concurrent writers may overshoot the
- * limit by at most one item each, and writes whose size depends on the held
- * item (append, prepend, incr, touch) trim the store after they complete.
+ * tombstone through reconciliation. An eviction tombstone carries the flag
+ * bit TOMB_EVICTED (in the flags field, which travels with it) and differs
+ * from a delete's in two ways: it leaves the set after EVICT_GRACE seconds
+ * (or the grace, if shorter), and it is itself evictable -- it enters the
+ * LRU at the head and, when it reaches the tail, is dropped without a new
+ * mutation. Dropping it early only risks a peer refilling the evicted value,
+ * which is harmless for a cache; without this, a cache under steady memory
+ * pressure fills up with tombstones within minutes and refuses every write.
+ * Delete tombstones and flushes are never evicted: when only they are left
+ * and there is still no room, the write fails with STORE_ERR_NOMEM. Memory is
+ * accounted by each item's real allocation size when it is linked and
+ * unlinked; the room check runs before the key's lock is taken, so concurrent
+ * writers may overshoot the limit by at most one item each, and writes whose
+ * size depends on the held item (append, prepend, incr, touch) trim the store
+ * after they complete.
  *
  * Why sets stay equal (Invariant 1). For each key a node holds the newest
  * mutation it has received that is not dead; ids are the mutation's own
@@ -124,6 +132,13 @@
 #define KEY_MAX 250
 #define MAX_STRIPE_BITS 12
 #define LRU_BUMP_SECS 60
+/*
+ * Flag bit of a tombstone written by eviction (the flags field of a
+ * tombstone is otherwise 0, and travels with the mutation).
+ */
+#define TOMB_EVICTED 1u
+/* Seconds an eviction tombstone stays in the set (at most the grace). */
+#define EVICT_GRACE 60
 /* Ticks beyond this are refused so that ticks + 1 can never wrap. */
 #define TICKS_MAX (UINT64_MAX - (1ULL << 32))
 /* Upper bound of evictions one write may cause before giving up. */
@@ -168,7 +183,7 @@ struct stripe {
 
 struct store {
     store_options opt;
-    uint64_t seed;
+    uint64_t seed[2]; /* hash secrets */
 
     struct stripe *stripes;
     size_t nstripes;
@@ -280,22 +295,23 @@ static inline uint64_t rd32(const unsigned char *p)
 
 #define K0 0xa0761d6478bd642fULL
 #define K1 0xe7037ed1a0b428dbULL
-#define K2 0x8ebc6af09c88c6e3ULL
 #define K3 0x589965cc75374cc3ULL
 
 /*
  * Keyed 64-bit hash of a key: 16-byte blocks folded with a 64x64->128
  * multiply, the tail read with overlapping loads. Fast for memcached-sized
- * keys; the per-store seed keeps bucket placement unpredictable.
+ * keys. Every multiply has a secret (per-store random) term in each
+ * operand, so a client cannot zero one out with chosen bytes and make keys
+ * collide.
  */
-static uint64_t key_hash(uint64_t seed, const char *key, size_t n)
+static uint64_t key_hash(const uint64_t sec[2], const char *key, size_t n)
 {
     const unsigned char *p = (const unsigned char *)key;
-    uint64_t h = seed ^ mum(n ^ K0, K1);
+    uint64_t h = sec[0] ^ mum(n ^ K0, K1);
     uint64_t a, b;
 
     while (n > 16) {
-        h = mum(rd64(p) ^ K1, rd64(p + 8) ^ h);
+        h = mum(rd64(p) ^ sec[1], rd64(p + 8) ^ h);
         p += 16;
         n -= 16;
     }
@@ -311,13 +327,14 @@ static uint64_t key_hash(uint64_t seed, const char *key, size_t n)
     } else {
         a = b = 0;
     }
-    return mum(K3 ^ n, mum(a ^ K2, b ^ h));
+    return mum(K3 ^ n ^ sec[0], mum(a ^ sec[1], b ^ h));
 }
 
-/* Journal bucket hash of an id (keyed: ids come from peers). */
-static inline uint64_t id_bucket_hash(uint64_t seed, const riblt_id *id)
+/* Journal bucket hash of an id (keyed the same way: ids come from peers). */
+static inline uint64_t id_bucket_hash(const uint64_t sec[2],
+                                      const riblt_id *id)
 {
-    return mum(id->lo ^ seed ^ K1, id->hi ^ K2);
+    return mum(id->lo ^ sec[0], id->hi ^ sec[1]);
 }
 
 static inline uint64_t splitmix(uint64_t *x)
@@ -623,6 +640,8 @@ static bool item_dead(store *s, const store_item *it, const tnow *t)
         int64_t born = it->exptime > 0
                            ? it->exptime
                            : (int64_t)(it->version.ticks / NS_PER_S);
+        if ((it->flags & TOMB_EVICTED) && grace > EVICT_GRACE)
+            grace = EVICT_GRACE;
         return t->s >= born + grace;
     }
     case STORE_KIND_VALUE:
@@ -753,6 +772,17 @@ static void set_remove(store *s, store_item *it)
 
 /* =============================================================== LRU */
 
+/*
+ * The LRU holds the items eviction may take: live or expired values, and
+ * eviction tombstones (dropping one only lets a peer refill the evicted
+ * value, which a cache may do). Delete tombstones and flushes never go.
+ */
+static inline bool in_lru(const store_item *it)
+{
+    return it->kind == STORE_KIND_VALUE ||
+           (it->kind == STORE_KIND_TOMBSTONE && (it->flags & TOMB_EVICTED));
+}
+
 /* Caller holds lru_lock. */
 static void lru_unlink_locked(store *s, store_item *it)
 {
@@ -844,7 +874,7 @@ static void do_unlink(store *s, struct stripe *sp, store_item **pp)
     pthread_mutex_lock(&s->set_lock);
     set_remove(s, it);
     pthread_mutex_unlock(&s->set_lock);
-    if (it->kind == STORE_KIND_VALUE) {
+    if (in_lru(it)) {
         pthread_mutex_lock(&s->lru_lock);
         lru_unlink_locked(s, it);
         pthread_mutex_unlock(&s->lru_lock);
@@ -901,12 +931,11 @@ static int do_store_apply(store *s, struct stripe *sp, store_item *it,
     *pp = it;
     it->linked = 1;
     atomic_store_explicit(&it->lru_time, t->s, RELAXED);
-    if ((cur != NULL && cur->kind == STORE_KIND_VALUE) ||
-        it->kind == STORE_KIND_VALUE) {
+    if ((cur != NULL && in_lru(cur)) || in_lru(it)) {
         pthread_mutex_lock(&s->lru_lock);
-        if (cur != NULL && cur->kind == STORE_KIND_VALUE)
+        if (cur != NULL && in_lru(cur))
             lru_unlink_locked(s, cur);
-        if (it->kind == STORE_KIND_VALUE)
+        if (in_lru(it))
             lru_push_head_locked(s, it);
         pthread_mutex_unlock(&s->lru_lock);
     }
@@ -931,10 +960,11 @@ static int do_store_apply(store *s, struct stripe *sp, store_item *it,
 /* ========================================================== eviction */
 
 /*
- * Evicts the LRU tail: it becomes a tombstone (see the contract at the top).
- * Takes no lock on entry and returns with none. Returns 0 when it made
- * progress (or the tail changed under it), -1 when no VALUE item is left or
- * memory for the tombstone is lacking.
+ * Evicts the LRU tail: a value becomes an eviction tombstone, an eviction
+ * tombstone leaves (see the contract at the top). Takes no lock on entry and
+ * returns with none. Returns 0 when it made progress (or the tail changed
+ * under it), -1 when the LRU is empty or memory for the tombstone is
+ * lacking.
  */
 static int evict_one(store *s)
 {
@@ -953,7 +983,10 @@ static int evict_one(store *s)
     sp = stripe_of(s, victim->khash);
     pthread_mutex_lock(&sp->lock);
     pp = stripe_slot(sp, victim->khash, victim->data, victim->nkey);
-    if (*pp == victim) {
+    if (*pp == victim && victim->kind == STORE_KIND_TOMBSTONE) {
+        /* An eviction tombstone reached the tail: it just leaves. */
+        do_unlink(s, sp, pp);
+    } else if (*pp == victim) {
         store_item *tomb = item_new(s, STORE_KIND_TOMBSTONE, victim->data,
                                     victim->nkey, victim->khash, 0);
         if (tomb == NULL) {
@@ -965,6 +998,7 @@ static int evict_one(store *s)
         item_set_id(tomb, &id);
         tomb->version.ticks = victim->version.ticks + 1;
         tomb->version.node = victim->version.node;
+        tomb->flags = TOMB_EVICTED;
         clock_catch_up(s, tomb->version.ticks);
         tnow_get(s, &t);
         tomb->exptime = t.s;
@@ -1053,7 +1087,8 @@ store *store_create(const store_options *o, int *err)
         s->opt.clock = realtime_ns;
     while (s->opt.node_id == 0)
         s->opt.node_id = (uint32_t)rng_next();
-    s->seed = rng_next();
+    s->seed[0] = rng_next();
+    s->seed[1] = rng_next();
 
     bits = o->hash_power < MAX_STRIPE_BITS ? o->hash_power : MAX_STRIPE_BITS;
     per = o->hash_power - bits;
@@ -1634,11 +1669,28 @@ int store_apply(store *s, const store_mutation *m)
     if (item_total(m->nkey, m->nvalue) > s->opt.item_size_max)
         return STORE_ERR_TOO_LARGE;
     clock_catch_up(s, m->version.ticks);
-    r = ensure_room(s, item_total(m->nkey, m->nvalue));
-    if (r < 0)
-        return r;
     key = m->nkey ? m->key : "";
     h = key_hash(s->seed, key, m->nkey);
+    sp = stripe_of(s, h);
+    if (s->opt.memory_limit != 0) {
+        /*
+         * A mutation the key already beats must not evict anything to make
+         * room for itself. This early look only saves that; the decision
+         * is do_store_apply's, under the lock, below.
+         */
+        pthread_mutex_lock(&sp->lock);
+        store_item *cur = *stripe_slot(sp, h, key, m->nkey);
+        bool beaten =
+            cur != NULL && store_version_cmp(&m->version, &cur->version) <= 0;
+        pthread_mutex_unlock(&sp->lock);
+        if (beaten) {
+            COUNT_ADD(s, stale_remote, 1);
+            return STORE_STALE;
+        }
+        r = ensure_room(s, item_total(m->nkey, m->nvalue));
+        if (r < 0)
+            return r;
+    }
     it = item_new(s, m->kind, key, m->nkey, h, m->nvalue);
     if (it == NULL)
         return STORE_ERR_NOMEM;
@@ -1646,11 +1698,10 @@ int store_apply(store *s, const store_mutation *m)
         memcpy(item_value_ptr(it), m->value, m->nvalue);
     item_set_id(it, &m->id);
     it->version = m->version;
-    it->flags = m->kind == STORE_KIND_VALUE ? m->flags : 0;
+    it->flags = m->kind == STORE_KIND_FLUSH ? 0 : m->flags;
     it->exptime = m->kind == STORE_KIND_FLUSH ? 0 : m->exptime;
     it->flush_at = m->kind == STORE_KIND_FLUSH ? m->flush_at : 0;
 
-    sp = stripe_of(s, h);
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
     atomic_init(&it->atime, t.s);

@@ -1022,6 +1022,19 @@ START_TEST(test_listener)
 }
 END_TEST
 
+/* Collects the ids of a store. */
+typedef struct idlist {
+    riblt_id ids[64];
+    size_t n;
+} idlist;
+
+static void collect(void *arg, const riblt_id *id)
+{
+    idlist *l = arg;
+    if (l->n < 64)
+        l->ids[l->n++] = *id;
+}
+
 static size_t item_bytes(const char *key, size_t nvalue)
 {
     fake_clock c = {T0};
@@ -1080,6 +1093,31 @@ START_TEST(test_eviction_lru)
     next.version.ticks = bm.version.ticks + 1;
     next.id.lo ^= 1;
     ck_assert_int_eq(store_apply(s, &next), STORE_STALE);
+    /* An eviction tombstone leaves after 60 s, before the 100 s grace. */
+    store_item *tomb = NULL;
+    idlist ids = {.n = 0};
+    store_journal_ids(s, collect, &ids);
+    for (size_t i = 0; i < ids.n; i++) {
+        store_item *it = store_fetch(s, &ids.ids[i]);
+        if (store_item_kind(it) == STORE_KIND_TOMBSTONE)
+            tomb = it;
+        else
+            store_item_release(it);
+    }
+    ck_assert_ptr_nonnull(tomb);
+    store_mutation tm;
+    store_item_mutation(tomb, &tm);
+    ck_assert_uint_eq(tm.version.ticks, bm.version.ticks + 1);
+    ck_assert_uint_eq(tm.version.node, bm.version.node);
+    ck_assert_uint_eq(tm.nkey, 1);
+    ck_assert_int_eq(tm.key[0], 'b');
+    ck_assert_uint_ne(tm.flags, 0);
+    store_item_release(tomb);
+    advance(&c, 59);
+    ck_assert_uint_eq(store_sweep(s, 100), 0);
+    advance(&c, 1);
+    ck_assert_uint_eq(store_sweep(s, 100), 1);
+    ck_assert_uint_eq(stats(s).tombstones, 0);
     next.version.node = bm.version.node + 1;
     next.id.lo ^= 2;
     ck_assert_int_eq(store_apply(s, &next), STORE_OK);
@@ -1087,19 +1125,6 @@ START_TEST(test_eviction_lru)
     store_destroy(s);
 }
 END_TEST
-
-/* Collects the ids of a store. */
-typedef struct idlist {
-    riblt_id ids[64];
-    size_t n;
-} idlist;
-
-static void collect(void *arg, const riblt_id *id)
-{
-    idlist *l = arg;
-    if (l->n < 64)
-        l->ids[l->n++] = *id;
-}
 
 START_TEST(test_eviction_same_tombstone)
 {
@@ -1132,6 +1157,43 @@ START_TEST(test_eviction_same_tombstone)
     recorder_free(&rec);
     store_destroy(a);
     store_destroy(b);
+}
+END_TEST
+
+/*
+ * Sustained writes under a small limit: eviction tombstones are evicted in
+ * turn, so the cache keeps holding values and accepting writes.
+ */
+START_TEST(test_eviction_churn)
+{
+    fake_clock c = {T0};
+    size_t one = item_bytes("key:0000", 200);
+    store *s = mk(&c, 1, one * 20);
+    char key[16], v[201];
+
+    memset(v, 'v', 200);
+    v[200] = 0;
+    for (int i = 0; i < 2000; i++) {
+        snprintf(key, sizeof(key), "key:%04d", i);
+        ck_assert_int_eq(set(s, key, v), STORE_STORED);
+        if (i % 100 == 0)
+            advance(&c, 1);
+    }
+    store_stats st = stats(s);
+    ck_assert_uint_ge(st.curr_items, 10);
+    ck_assert_uint_ge(st.evictions, 1900);
+    ck_assert_uint_eq(st.curr_items + st.tombstones, st.mutations);
+    expect(s, "key:1999", v);
+    expect(s, "key:0000", NULL);
+    /* Deletes' tombstones are not evictable: the delete sticks. */
+    ck_assert_int_eq(store_delete(s, "key:1999", 8, 0), STORE_DELETED);
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof(key), "new:%04d", i);
+        ck_assert_int_eq(set(s, key, v), STORE_STORED);
+    }
+    store_mutation m = mut(42, T0, 2, STORE_KIND_VALUE, "key:1999", "old");
+    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    store_destroy(s);
 }
 END_TEST
 
@@ -1423,6 +1485,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_listener);
     tcase_add_test(tc, test_eviction_lru);
     tcase_add_test(tc, test_eviction_same_tombstone);
+    tcase_add_test(tc, test_eviction_churn);
     tcase_add_test(tc, test_nomem);
     tcase_add_test(tc, test_too_large);
     tcase_add_test(tc, test_sweep_budget);
