@@ -115,6 +115,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -146,31 +147,42 @@
 
 /* ============================================================== items */
 
+/* Bits of store_item.fbits. */
+#define FETCHED 1u      /* read by a client since written */
+#define PREV_FETCHED 2u /* FETCHED, as it was before the latest read */
+
+/*
+ * The first 64 bytes hold everything a lookup, a liveness check and a read's
+ * bookkeeping touch, so a chain step costs one cache line and a hit two
+ * (this one and the key's). Times are unix seconds in 32 bits (to 2106).
+ */
 struct store_item {
+    store_item *hnext; /* key table chain; stripe lock */
+    uint64_t khash;    /* key hash (stripe, bucket) */
     _Atomic uint32_t refs;
-    uint8_t kind;
-    uint8_t linked;               /* in the key table; stripe lock */
-    _Atomic uint8_t fetched;      /* read by a client since written */
-    _Atomic uint8_t prev_fetched; /* fetched, as of the latest read */
-    uint32_t nkey;
     uint32_t nvalue;
-    uint32_t flags;
+    uint8_t nkey;
+    uint8_t kind;
+    uint8_t linked;            /* in the key table; stripe lock */
+    _Atomic uint8_t fbits;     /* FETCHED | PREV_FETCHED */
+    _Atomic uint32_t lru_time; /* latest LRU bump */
     int64_t exptime;
-    uint64_t flush_at;
-    riblt_id id;
-    uint64_t idhash; /* riblt_hash(id) */
     store_version version;
-    uint64_t khash;             /* key hash (stripe, bucket) */
-    size_t size;                /* accounted bytes */
-    _Atomic int64_t atime;      /* unix s of the latest access */
-    _Atomic int64_t prev_atime; /* atime, as of the latest read */
-    _Atomic int64_t lru_time;   /* unix s of the latest LRU bump */
+    _Atomic uint32_t atime;      /* latest access */
+    _Atomic uint32_t prev_atime; /* atime, as it was before the latest read */
+    /* second cache line */
+    uint32_t flags;
+    uint32_t size; /* accounted bytes */
+    riblt_id id;
+    uint64_t flush_at;
     struct store *st;
-    store_item *hnext;         /* key table chain; stripe lock */
     store_item *jnext;         /* journal chain; set lock */
     store_item *lprev, *lnext; /* LRU list; LRU lock */
     char data[];               /* key, then value */
 };
+
+_Static_assert(offsetof(struct store_item, prev_atime) + 4 <= 64,
+               "lookup fields fit the first cache line");
 
 /* ============================================================== store */
 
@@ -504,11 +516,11 @@ static store_item *item_new(store *s, uint8_t kind, const char *key,
     memset(it, 0, sizeof(*it));
     atomic_init(&it->refs, 1);
     it->kind = kind;
-    it->nkey = (uint32_t)nkey;
+    it->nkey = (uint8_t)nkey;
     it->nvalue = (uint32_t)nvalue;
     it->khash = khash;
     it->st = s;
-    it->size = alloc_size(it, total);
+    it->size = (uint32_t)alloc_size(it, total);
     if (nkey)
         memcpy(it->data, key, nkey);
     return it;
@@ -518,7 +530,6 @@ static store_item *item_new(store *s, uint8_t kind, const char *key,
 static void item_set_id(store_item *it, const riblt_id *id)
 {
     it->id = *id;
-    it->idhash = riblt_hash(id);
 }
 
 void store_item_ref(store_item *it)
@@ -576,7 +587,7 @@ uint8_t store_item_kind(const store_item *it)
 int64_t store_item_last_access(const store_item *it)
 {
     int64_t now = (int64_t)(wall_ns(it->st) / NS_PER_S);
-    int64_t d = now - atomic_load_explicit(&it->prev_atime, RELAXED);
+    int64_t d = now - (int64_t)atomic_load_explicit(&it->prev_atime, RELAXED);
     return d > 0 ? d : 0;
 }
 
@@ -586,7 +597,7 @@ int64_t store_item_last_access(const store_item *it)
  */
 bool store_item_fetched(const store_item *it)
 {
-    return atomic_load_explicit(&it->prev_fetched, RELAXED) != 0;
+    return (atomic_load_explicit(&it->fbits, RELAXED) & PREV_FETCHED) != 0;
 }
 
 void store_item_mutation(const store_item *it, store_mutation *out)
@@ -748,7 +759,7 @@ static void set_add(store *s, store_item *it)
     it->jnext = *b;
     *b = it;
     s->jcount++;
-    riblt_sketch_add_hashed(s->sketch, &it->id, it->idhash);
+    riblt_sketch_add(s->sketch, &it->id);
     if (s->jcount > (s->jmask + 1) + (s->jmask + 1) / 2)
         journal_grow(s);
 }
@@ -764,7 +775,7 @@ static void set_remove(store *s, store_item *it)
             *pp = it->jnext;
             it->jnext = NULL;
             s->jcount--;
-            riblt_sketch_remove_hashed(s->sketch, &it->id, it->idhash);
+            riblt_sketch_remove(s->sketch, &it->id);
             return;
         }
     }
@@ -816,19 +827,23 @@ static void lru_push_head_locked(store *s, store_item *it)
  */
 static void item_access(store *s, store_item *it, const tnow *t)
 {
-    uint8_t was = atomic_exchange_explicit(&it->fetched, 1, RELAXED);
-    int64_t prev = atomic_exchange_explicit(&it->atime, t->s, RELAXED);
+    uint8_t was = atomic_load_explicit(&it->fbits, RELAXED);
+    uint32_t prev =
+        atomic_exchange_explicit(&it->atime, (uint32_t)t->s, RELAXED);
 
-    atomic_store_explicit(&it->prev_fetched, was, RELAXED);
+    /* Racing readers may both see "not fetched": harmless for meta 'h'. */
+    atomic_store_explicit(
+        &it->fbits, (uint8_t)(FETCHED | ((was & FETCHED) << 1)), RELAXED);
     atomic_store_explicit(&it->prev_atime, prev, RELAXED);
     if (it->kind == STORE_KIND_VALUE &&
-        t->s - atomic_load_explicit(&it->lru_time, RELAXED) >= LRU_BUMP_SECS) {
+        t->s - (int64_t)atomic_load_explicit(&it->lru_time, RELAXED) >=
+            LRU_BUMP_SECS) {
         pthread_mutex_lock(&s->lru_lock);
         if (it->linked) {
             lru_unlink_locked(s, it);
             lru_push_head_locked(s, it);
         }
-        atomic_store_explicit(&it->lru_time, t->s, RELAXED);
+        atomic_store_explicit(&it->lru_time, (uint32_t)t->s, RELAXED);
         pthread_mutex_unlock(&s->lru_lock);
     }
 }
@@ -930,7 +945,7 @@ static int do_store_apply(store *s, struct stripe *sp, store_item *it,
     }
     *pp = it;
     it->linked = 1;
-    atomic_store_explicit(&it->lru_time, t->s, RELAXED);
+    atomic_store_explicit(&it->lru_time, (uint32_t)t->s, RELAXED);
     if ((cur != NULL && in_lru(cur)) || in_lru(it)) {
         pthread_mutex_lock(&s->lru_lock);
         if (cur != NULL && in_lru(cur))
@@ -1002,9 +1017,9 @@ static int evict_one(store *s)
         clock_catch_up(s, tomb->version.ticks);
         tnow_get(s, &t);
         tomb->exptime = t.s;
-        atomic_init(&tomb->atime, t.s);
+        atomic_init(&tomb->atime, (uint32_t)t.s);
         bool expired = !item_live(s, victim, &t);
-        bool fetched = atomic_load_explicit(&victim->fetched, RELAXED);
+        bool fetched = atomic_load_explicit(&victim->fbits, RELAXED) & FETCHED;
         if (do_store_apply(s, sp, tomb, &t) != APPLY_LINKED)
             store_item_release(tomb);
         if (expired) {
@@ -1075,7 +1090,7 @@ store *store_create(const store_options *o, int *err)
     if (err)
         *err = STORE_ERR_INVAL;
     if (o == NULL || o->sketch_symbols == 0 || o->hash_power > 32 ||
-        o->item_size_max < item_total(1, 0))
+        o->item_size_max < item_total(1, 0) || o->item_size_max > (1u << 30))
         return NULL;
     if (err)
         *err = STORE_ERR_NOMEM;
@@ -1197,7 +1212,7 @@ static int commit_local(store *s, struct stripe *sp, store_item *it,
     it->version.ticks = clock_next(s, t->ns);
     it->version.node = s->opt.node_id;
     if (atomic_load_explicit(&it->atime, RELAXED) == 0)
-        atomic_init(&it->atime, t->s);
+        atomic_init(&it->atime, (uint32_t)t->s);
     r = do_store_apply(s, sp, it, t);
     if (r == APPLY_STALE) {
         store_item_release(it);
@@ -1398,12 +1413,12 @@ static store_item *retouch(store *s, const char *key, size_t nkey,
     it->flags = cur->flags;
     it->exptime = stored_exptime(exptime, &t);
     /* The new mutation inherits the key's access history. */
-    uint8_t fetched = atomic_load_explicit(&cur->fetched, RELAXED);
-    int64_t atime = atomic_load_explicit(&cur->atime, RELAXED);
-    atomic_init(&it->prev_fetched, is_read ? fetched : 0);
-    atomic_init(&it->fetched, is_read ? 1 : fetched);
+    uint8_t fetched = atomic_load_explicit(&cur->fbits, RELAXED) & FETCHED;
+    uint32_t atime = atomic_load_explicit(&cur->atime, RELAXED);
+    atomic_init(&it->fbits,
+                (uint8_t)(is_read ? FETCHED | (fetched << 1) : fetched));
     atomic_init(&it->prev_atime, atime);
-    atomic_init(&it->atime, t.s);
+    atomic_init(&it->atime, (uint32_t)t.s);
     int r = commit_local(s, sp, it, &t, &note, NULL);
     if (r == APPLY_STALE) {
         *rc = STORE_NOT_FOUND;
@@ -1618,7 +1633,7 @@ int store_flush_all(store *s, uint32_t delay)
     /* The flush must see itself as in effect when it is immediate. */
     if (it->version.ticks > t.peek)
         t.peek = it->version.ticks;
-    atomic_init(&it->atime, t.s);
+    atomic_init(&it->atime, (uint32_t)t.s);
     r = do_store_apply(s, sp, it, &t);
     if (r == APPLY_LINKED && s->listener != NULL) {
         store_item_ref(it);
@@ -1704,7 +1719,7 @@ int store_apply(store *s, const store_mutation *m)
 
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
-    atomic_init(&it->atime, t.s);
+    atomic_init(&it->atime, (uint32_t)t.s);
     r = do_store_apply(s, sp, it, &t);
     if (r == APPLY_LINKED && s->listener != NULL) {
         store_item_ref(it);
@@ -1828,7 +1843,7 @@ size_t store_sweep(store *s, size_t budget)
                 }
                 if (it->kind == STORE_KIND_VALUE) {
                     COUNT_ADD(s, reclaimed, 1);
-                    if (!atomic_load_explicit(&it->fetched, RELAXED))
+                    if (!(atomic_load_explicit(&it->fbits, RELAXED) & FETCHED))
                         COUNT_ADD(s, expired_unfetched, 1);
                 }
                 do_unlink(s, sp, pp);
