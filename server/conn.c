@@ -486,6 +486,10 @@ void conn_env_destroy(conn_env *env)
         env->free_list = c->next;
         conn_free(c);
     }
+}
+
+void conn_env_fini(conn_env *env)
+{
     pthread_mutex_destroy(&env->lock);
 }
 

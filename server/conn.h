@@ -66,9 +66,12 @@ typedef struct conn_env {
 /* Initializes the private part of env. Returns 0. */
 int conn_env_init(conn_env *env);
 
-/* Closes every connection (a last non-blocking flush first), frees the
- * cached structures and the lock. */
+/* Closes every connection (a last non-blocking flush first) and frees the
+ * cached structures. Other threads may still list env (conn_env_each). */
 void conn_env_destroy(conn_env *env);
+
+/* Frees the lock, once no thread can list env any more. */
+void conn_env_fini(conn_env *env);
 
 /*
  * Takes over the accepted, non-blocking socket fd (peer address sa of

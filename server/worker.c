@@ -177,6 +177,7 @@ static void worker_fini(worker *w)
     if (w->notify_wr >= 0) {
         close(w->notify_wr);
     }
+    conn_env_fini(&w->env);
     pthread_mutex_destroy(&w->qlock);
 }
 
@@ -260,6 +261,8 @@ void worker_pool_stop(void)
             wake(&workers[i], 'q');
         }
     }
+    /* Join them all before freeing anything: a worker still running may
+     * list the others' connections (stats conns). */
     for (size_t i = 0; i < nworkers; i++) {
         if (workers[i].started) {
             pthread_join(workers[i].tid, NULL);
@@ -267,6 +270,8 @@ void worker_pool_stop(void)
         } else {
             conn_env_destroy(&workers[i].env);
         }
+    }
+    for (size_t i = 0; i < nworkers; i++) {
         worker_fini(&workers[i]);
     }
     free(workers);
