@@ -5,6 +5,7 @@ import os
 import signal
 import socket
 import stat
+import struct
 import time
 import unittest
 
@@ -204,6 +205,68 @@ class UnixSocket(unittest.TestCase):
                 b"VERSION "))
         finally:
             srv.close()
+
+
+def bin_version_request(opaque):
+    # magic, opcode VERSION (0x0b), key len, extras, type, vbucket, body,
+    # opaque, cas
+    return struct.pack(">BBHBBHIIQ", 0x80, 0x0B, 0, 0, 0, 0, 0, opaque, 0)
+
+
+def read_bin_response(sock):
+    header = harness.recv_exact(sock, 24, timeout=10)
+    if len(header) < 24:
+        return None
+    magic, opcode, _, _, _, status, body, opaque, _ = struct.unpack(
+        ">BBHBBHIIQ", header)
+    return magic, opcode, status, opaque, harness.recv_exact(sock, body)
+
+
+class ProtocolChoice(unittest.TestCase):
+    def test_first_byte_picks_the_parser(self):
+        with Server() as srv:
+            b = srv.connect()
+            t = srv.connect()
+            b.sendall(bin_version_request(0x1234))
+            t.sendall(b"version\r\n")
+            magic, opcode, status, opaque, body = read_bin_response(b)
+            self.assertEqual((magic, opcode, status, opaque),
+                             (0x81, 0x0B, 0, 0x1234))
+            self.assertEqual(recv_until(t, b"\r\n"),
+                             b"VERSION " + body + b"\r\n")
+            # The choice is per connection and sticks.
+            b.sendall(bin_version_request(7))
+            self.assertEqual(read_bin_response(b)[3], 7)
+            b.close()
+            t.close()
+
+    def test_forced_ascii(self):
+        with Server(["-B", "ascii"]) as srv:
+            s = srv.connect()
+            # Read as a text line: garbage, answered in the text protocol.
+            s.sendall(bin_version_request(1) + b"\r\n")
+            reply = recv_until(s, b"\r\n", timeout=10)
+            self.assertTrue(reply.startswith(b"ERROR") or
+                            reply.startswith(b"CLIENT_ERROR"), reply)
+            s.close()
+            self.assertTrue(srv.request(b"version\r\n").startswith(
+                b"VERSION "))
+
+    def test_forced_binary(self):
+        with Server(["-B", "binary"], ready="connect") as srv:
+            s = srv.connect()
+            s.sendall(b"version\r\n")
+            s.settimeout(5)
+            try:
+                reply = s.recv(100)
+            except (socket.timeout, ConnectionResetError):
+                reply = b""
+            self.assertFalse(reply.startswith(b"VERSION"), reply)
+            s.close()
+            s = srv.connect()
+            s.sendall(bin_version_request(9))
+            self.assertEqual(read_bin_response(s)[:4], (0x81, 0x0B, 0, 9))
+            s.close()
 
 
 class Listening(unittest.TestCase):
