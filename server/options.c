@@ -230,6 +230,11 @@ static int set_value(options *o, const options_desc *d, const char *value,
         if (strlen(value) > 4096) {
             return fail(err, errlen, "%s: value too long", d->name);
         }
+        if (value[0] == '\0') {
+            free(*field_str(o, d));
+            *field_str(o, d) = NULL;
+            return 0;
+        }
         char *copy = strdup(value);
         if (copy == NULL) {
             return fail(err, errlen, "%s: out of memory", d->name);

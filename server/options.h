@@ -44,7 +44,7 @@ enum options_rc {
  *   BOOL_OFF yes/no; the flag alone sets no (memcached's -C, -F)
  *   VERB     verbosity: each -v adds one; by name a number 0..max
  *   PROTO    auto-negotiate | ascii | binary (auto is accepted too)
- *   STR      a string; unset prints as NULL
+ *   STR      a string; unset prints as NULL; an empty value unsets it
  *   SECRET   a string that `stats settings` never shows (prints <hidden>)
  *   CLI      command-line only (help, version, config file, -o): not a
  *            setting, not in the config file or `stats settings`
@@ -99,7 +99,7 @@ enum options_proto {
     X(item_size_max, 'I', "max-item-size", OPTIONS_SIZE, "1m", OPTIONS_KB,    \
       1024 * OPTIONS_MB, "largest item stored (k/m suffix, 1k..1024m)")       \
     X(verbosity, 'v', "verbose", OPTIONS_VERB, "0", 0, 3,                     \
-      "log to stderr: -v errors and connections, -vv every request")          \
+      "log to stderr: -v start-up and errors, -vv connections too")           \
     X(flush_enabled, 'F', "disable-flush-all", OPTIONS_BOOL_OFF, "yes", 0, 0, \
       "flush_all allowed (the flag disables it)")                             \
     X(shutdown_command, 'A', "enable-shutdown", OPTIONS_BOOL_ON, "no", 0, 0,  \

@@ -128,6 +128,7 @@ class Settings(unittest.TestCase):
         self.assertEqual(st["item_size_max"], str(2 << 20))
         self.assertEqual(st["reqs_per_event"], "7")
         self.assertEqual(st["cas_enabled"], "no")
+        self.assertEqual(st["peers"], "NULL")
         self.assertEqual(st["flush_enabled"], "no")
         self.assertEqual(st["shutdown_command"], "yes")
         self.assertEqual(st["binding_protocol"], "ascii")
@@ -179,7 +180,9 @@ class ConfigFile(unittest.TestCase):
             "maxbytes = 32m\n"
             "idle_timeout = 12\n"
             "port = 1\n"          # long flag name works too; CLI overrides
-            "cas_enabled = no\n")
+            "cas_enabled = no\n"
+            "peers = 127.0.0.1:1\n"
+            "peers =\n")          # an empty value unsets a string
         try:
             with Server(["-f", path]) as srv:
                 st = srv.stats("settings")
