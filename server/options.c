@@ -645,6 +645,12 @@ int options_validate(const options *o, char *err, size_t errlen)
     if (o->domain_socket != NULL && strlen(o->domain_socket) >= 108) {
         return fail(err, errlen, "unix socket path longer than 107 bytes");
     }
+    if (o->maxbytes != 0 && o->item_size_max > o->maxbytes / 2) {
+        return fail(err, errlen,
+                    "item_size_max (%" PRIu64 ") must be at most half of "
+                    "maxbytes (%" PRIu64 ")",
+                    o->item_size_max, o->maxbytes);
+    }
     if (o->inter == NULL || o->inter[0] == '\0') {
         return fail(err, errlen, "inter (-l) must name an address");
     }

@@ -91,6 +91,9 @@ class BadFlags(unittest.TestCase):
         self.assertUsageError(["-o", "no_such_setting=1"], "no_such_setting")
         self.assertUsageError(["-o", "novalue"], "name=value")
 
+    def test_item_size_against_memory(self):
+        self.assertUsageError(["-m", "1", "-I", "1m"], "half of maxbytes")
+
     def test_udp_rejected(self):
         self.assertUsageError(["-U", "11211"], "UDP is not supported")
 
