@@ -1,0 +1,126 @@
+/*
+ * fuzz_feed.c -- shared plumbing of the client protocol fuzz targets (see
+ * fuzz_feed.h).
+ */
+#include "fuzz_feed.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "options.h"
+#include "stats_registry.h"
+
+/*
+ * Item memory. Fuzz inputs are a few kilobytes, so the limit is far below
+ * the daemon's: a handful of sets already reach it and eviction runs.
+ */
+#define FUZZ_MEMORY_LIMIT (64u << 10)
+/* A reply backlog past which the client "reads" (drains) it. */
+#define FUZZ_OUT_DRAIN (1u << 20)
+/* 2023-11-14 in nanoseconds; the clock then moves 1 ms per reading. */
+#define FUZZ_T0_NS 1700000000000000000ULL
+
+static uint64_t fuzz_clock_ns;
+static options fuzz_opts;
+static bool fuzz_opts_ready;
+
+/* A deterministic clock, so every crash replays exactly. */
+static uint64_t fuzz_clock(void *arg)
+{
+    (void)arg;
+    fuzz_clock_ns += 1000000;
+    return fuzz_clock_ns;
+}
+
+/* The daemon's defaults, taken from the options table it uses. */
+static void fill_config(proto_config *cfg, bool sasl)
+{
+    if (!fuzz_opts_ready) {
+        options_init(&fuzz_opts);
+        fuzz_opts_ready = true;
+    }
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->item_size_max = (size_t)fuzz_opts.item_size_max;
+    cfg->sasl = sasl;
+    cfg->sasl_user = "fuzz";
+    cfg->sasl_pass = "secret";
+    cfg->flush_enabled = fuzz_opts.flush_enabled;
+    cfg->shutdown_enabled = true; /* reach the shutdown path too */
+    cfg->cas_enabled = fuzz_opts.cas_enabled;
+    cfg->max_line = (size_t)fuzz_opts.max_line;
+    cfg->version = RIBLTCACHE_VERSION;
+}
+
+static void drain(struct evbuffer *out, size_t keep)
+{
+    size_t n = evbuffer_get_length(out);
+    if (n > keep) {
+        evbuffer_drain(out, n - keep);
+    }
+}
+
+int fuzz_feed_run(fuzz_feed_exec_fn exec, const uint8_t *data, size_t size,
+                  uint8_t sep, bool sasl)
+{
+    store_options so;
+    proto_config cfg;
+    stats_thread sth;
+    proto_ctx ctx;
+    int err = 0;
+
+    fuzz_clock_ns = FUZZ_T0_NS;
+    store_options_default(&so);
+    so.node_id = 1;
+    so.memory_limit = FUZZ_MEMORY_LIMIT;
+    so.sketch_symbols = 256; /* creation cost per input stays small */
+    so.hash_power = 8;
+    so.clock = fuzz_clock;
+    store *st = store_create(&so, &err);
+    if (st == NULL) {
+        abort();
+    }
+    fill_config(&cfg, sasl);
+    stats_registry_setup(&fuzz_opts, st);
+    memset(&sth, 0, sizeof(sth));
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.store = st;
+    ctx.cfg = &cfg;
+    ctx.stats = &sth;
+    ctx.authenticated = !sasl;
+
+    struct evbuffer *in = evbuffer_new();
+    struct evbuffer *out = evbuffer_new();
+    if (in == NULL || out == NULL) {
+        abort();
+    }
+    size_t start = 0;
+    for (size_t i = 0; i <= size; i++) {
+        if (i < size && data[i] != sep) {
+            continue;
+        }
+        if (i > start) {
+            evbuffer_add(in, data + start, i - start);
+        }
+        start = i + 1;
+        size_t before = evbuffer_get_length(in);
+        int rc = exec(&ctx, in, out);
+        if (evbuffer_get_length(in) > before) {
+            abort(); /* a parser only consumes */
+        }
+        if (rc == PROTO_CLOSE || rc == PROTO_SHUTDOWN) {
+            break;
+        }
+        if (rc != PROTO_OK) {
+            abort();
+        }
+        drain(out, FUZZ_OUT_DRAIN);
+    }
+    evbuffer_free(in);
+    evbuffer_free(out);
+    proto_ctx_cleanup(&ctx);
+    stats_registry_teardown();
+    store_destroy(st);
+    return 0;
+}
