@@ -86,9 +86,12 @@ class Node(harness.Server):
         self.write_config()
 
     def write_config(self):
+        """One `name = value` line per setting; a setting whose value is
+        None or empty is left out (the daemon's default applies)."""
         with open(self.conf_path, "w") as f:
             for k, v in self.settings.items():
-                f.write("%s = %s\n" % (k, v))
+                if v is not None and v != "":
+                    f.write("%s = %s\n" % (k, v))
 
     @property
     def repl_port(self):
