@@ -456,11 +456,15 @@ uint64_t riblt_encoder_position(const riblt_encoder *enc)
 }
 
 /*
- * Batches at least this long are produced by walking every entry's mapping
- * through the batch instead of popping the heap symbol by symbol: each step
- * then costs one mapping computation and no heap sift.
+ * A batch is produced by walking every entry's mapping through it instead
+ * of popping the heap symbol by symbol when that is cheaper: the walk
+ * visits every entry once (a compare for most) but does no heap sift; the
+ * heap touches only the entries that map into the batch, about
+ * N * 2 ln((pos + n) / pos) of them, at log N sifts each. The walk wins
+ * once the batch is more than about 2% of its offset.
  */
 #define ENCODER_BATCH_MIN 16
+#define ENCODER_WALK_RATIO 50
 
 /*
  * Walks entries [from, to) through the cells [pos, end), writing into out,
@@ -518,7 +522,8 @@ int riblt_encoder_produce(riblt_encoder *enc, riblt_symbol *out, size_t n)
         return RIBLT_ERR_INVAL;
     enc->started = true;
     memset(out, 0, n * sizeof(*out));
-    if (n >= ENCODER_BATCH_MIN) {
+    if (n >= ENCODER_BATCH_MIN &&
+        (uint64_t)n * ENCODER_WALK_RATIO >= enc->pos + 2) {
         encoder_walk(&enc->w, 0, enc->w.n, out, enc->pos, enc->pos + n);
         enc->heap_stale = true;
         enc->pos += n;
