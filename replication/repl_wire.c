@@ -226,9 +226,10 @@ long repl_wire_put_mutation(uint8_t *out, size_t cap, const store_mutation *m)
     repl_wire_put_u32(out + 29, m->flags);
     repl_wire_put_u64(out + 33, (uint64_t)m->exptime);
     repl_wire_put_u64(out + 41, m->flush_at);
-    out[49] = (uint8_t)m->nkey;
-    out[50] = (uint8_t)(m->nkey >> 8);
-    repl_wire_put_u32(out + 51, (uint32_t)m->nvalue);
+    repl_wire_put_u64(out + 49, m->cas);
+    out[57] = (uint8_t)m->nkey;
+    out[58] = (uint8_t)(m->nkey >> 8);
+    repl_wire_put_u32(out + 59, (uint32_t)m->nvalue);
     if (m->nkey)
         memcpy(out + REPL_WIRE_MUT_FIXED, m->key, m->nkey);
     if (m->nvalue)
@@ -249,8 +250,9 @@ long repl_wire_get_mutation(const uint8_t *buf, size_t len, size_t max_value,
     m->flags = repl_wire_get_u32(buf + 29);
     m->exptime = (int64_t)repl_wire_get_u64(buf + 33);
     m->flush_at = repl_wire_get_u64(buf + 41);
-    m->nkey = (size_t)buf[49] | (size_t)buf[50] << 8;
-    m->nvalue = repl_wire_get_u32(buf + 51);
+    m->cas = repl_wire_get_u64(buf + 49);
+    m->nkey = (size_t)buf[57] | (size_t)buf[58] << 8;
+    m->nvalue = repl_wire_get_u32(buf + 59);
     if (m->kind > STORE_KIND_FLUSH)
         return REPL_WIRE_ERR_FORMAT;
     if (m->kind == STORE_KIND_FLUSH ? m->nkey != 0

@@ -37,7 +37,8 @@
 
 const char *repl_wire_strerror(int rc);
 
-#define REPL_WIRE_VERSION 1
+/* 2: mutation records carry the cas (a version 1 peer is refused). */
+#define REPL_WIRE_VERSION 2
 #define REPL_WIRE_HEADER 16
 #define REPL_WIRE_TAG 32
 #define REPL_WIRE_NONCE 32
@@ -127,9 +128,9 @@ static inline size_t repl_wire_frame_size(size_t n)
 /*
  * A mutation record on the wire:
  *   id (16) | ticks (8) | node (4) | kind (1) | flags (4) | exptime (8)
- *   | flush_at (8) | nkey (2) | nvalue (4) | key | value
+ *   | flush_at (8) | cas (8) | nkey (2) | nvalue (4) | key | value
  */
-#define REPL_WIRE_MUT_FIXED 55
+#define REPL_WIRE_MUT_FIXED 63
 
 /* Bytes repl_wire_put_mutation will write for m. */
 size_t repl_wire_mutation_size(const store_mutation *m);

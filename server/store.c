@@ -43,6 +43,15 @@
  * hybrid clock under the stripe lock, which is always greater than the
  * held one because the clock has caught up with every version it has seen.
  *
+ * CAS. The cas unique is a field of the mutation and travels with it, so
+ * it is the same on every node holding that mutation (Invariant 5). A new
+ * value (set, add, replace, append, prepend, cas, incr, decr) takes a fresh
+ * cas, its id's low word (never zero); touch and gat copy the touched
+ * item's cas into their new mutation, as memcached keeps an item's cas
+ * across touch, so gets / touch / cas succeeds. A delete tombstone takes
+ * its id's low word, an eviction tombstone its derived id's (the same on
+ * every node). A FLUSH has no cas: its slot holds flush_at.
+ *
  * Liveness, death and sweep. An item is *live* (visible to clients) when it
  * is a VALUE, not expired (exptime 0 or > now) and not flushed. An item is
  * *dead* (due to leave the set) when
@@ -174,7 +183,11 @@ struct store_item {
     uint32_t flags;
     uint32_t size; /* accounted bytes */
     riblt_id id;
-    uint64_t flush_at;
+    /* One slot keeps the header at two cache lines: a FLUSH has no cas. */
+    union {
+        uint64_t flush_at; /* STORE_KIND_FLUSH */
+        uint64_t cas;      /* every other kind */
+    };
     struct store *st;
     store_item *jnext;         /* journal chain; set lock */
     store_item *lprev, *lnext; /* LRU list; LRU lock */
@@ -183,6 +196,7 @@ struct store_item {
 
 _Static_assert(offsetof(struct store_item, prev_atime) + 4 <= 64,
                "lookup fields fit the first cache line");
+_Static_assert(sizeof(struct store_item) <= 128, "header fits two lines");
 
 /* ============================================================== store */
 
@@ -526,10 +540,12 @@ static store_item *item_new(store *s, uint8_t kind, const char *key,
     return it;
 }
 
-/* Sets the id and its cached hash. */
+/* Sets the id and, for kinds that have one, the cas derived from it. */
 static void item_set_id(store_item *it, const riblt_id *id)
 {
     it->id = *id;
+    if (it->kind != STORE_KIND_FLUSH)
+        it->cas = id->lo;
 }
 
 void store_item_ref(store_item *it)
@@ -571,7 +587,7 @@ int64_t store_item_exptime(const store_item *it)
 
 uint64_t store_item_cas(const store_item *it)
 {
-    return it->id.lo;
+    return it->kind == STORE_KIND_FLUSH ? 0 : it->cas;
 }
 
 uint8_t store_item_kind(const store_item *it)
@@ -608,7 +624,10 @@ void store_item_mutation(const store_item *it, store_mutation *out)
     out->kind = it->kind;
     out->flags = it->flags;
     out->exptime = it->exptime;
-    out->flush_at = it->flush_at;
+    if (it->kind == STORE_KIND_FLUSH)
+        out->flush_at = it->flush_at;
+    else
+        out->cas = it->cas;
     out->key = it->data;
     out->nkey = it->nkey;
     out->value = it->data + it->nkey;
@@ -751,21 +770,26 @@ static void journal_grow(store *s)
     s->jmask = n - 1;
 }
 
-/* Adds it to journal and sketch (caller holds set_lock). */
-static void set_add(store *s, store_item *it)
+/*
+ * Journal and sketch always change together, under set_lock; the helpers
+ * below change the journal only and leave the sketch to their caller, who
+ * may then merge a removal and an addition into one sketch walk.
+ */
+
+/* Links it into the journal (caller holds set_lock). */
+static void journal_link(store *s, store_item *it)
 {
     store_item **b = &s->jbuckets[id_bucket_hash(s->seed, &it->id) & s->jmask];
 
     it->jnext = *b;
     *b = it;
     s->jcount++;
-    riblt_sketch_add(s->sketch, &it->id);
     if (s->jcount > (s->jmask + 1) + (s->jmask + 1) / 2)
         journal_grow(s);
 }
 
-/* Removes it from journal and sketch (caller holds set_lock). */
-static void set_remove(store *s, store_item *it)
+/* Unlinks it from the journal (caller holds set_lock); false if absent. */
+static bool journal_unlink(store *s, store_item *it)
 {
     store_item **pp =
         &s->jbuckets[id_bucket_hash(s->seed, &it->id) & s->jmask];
@@ -775,10 +799,17 @@ static void set_remove(store *s, store_item *it)
             *pp = it->jnext;
             it->jnext = NULL;
             s->jcount--;
-            riblt_sketch_remove(s->sketch, &it->id);
-            return;
+            return true;
         }
     }
+    return false;
+}
+
+/* Removes it from journal and sketch (caller holds set_lock). */
+static void set_remove(store *s, store_item *it)
+{
+    if (journal_unlink(s, it))
+        riblt_sketch_remove(s->sketch, &it->id);
 }
 
 /* =============================================================== LRU */
@@ -926,14 +957,20 @@ static int do_store_apply(store *s, struct stripe *sp, store_item *it,
         return APPLY_RETIRED;
     }
 
+    /* Hashed before the set lock, which every write shares. */
+    uint64_t nh = riblt_hash(&it->id);
+    uint64_t oh = cur != NULL ? riblt_hash(&cur->id) : 0;
     pthread_mutex_lock(&s->set_lock);
     if (journal_find(s, &it->id) != NULL) {
         pthread_mutex_unlock(&s->set_lock);
         return APPLY_STALE;
     }
-    if (cur != NULL)
-        set_remove(s, cur);
-    set_add(s, it);
+    bool swapped = cur != NULL && journal_unlink(s, cur);
+    journal_link(s, it);
+    if (swapped)
+        riblt_sketch_replace_hashed(s->sketch, &cur->id, oh, &it->id, nh);
+    else
+        riblt_sketch_add_hashed(s->sketch, &it->id, nh);
     pthread_mutex_unlock(&s->set_lock);
 
     if (cur != NULL) {
@@ -1198,17 +1235,22 @@ static inline bool key_ok(const char *key, size_t nkey)
 
 /*
  * Stamps a local item with a fresh id and version and applies it (caller
- * holds sp->lock). On success *note gets a reference for the listener
- * (when one is set) and *cas_out the new cas. Returns the apply result;
- * on APPLY_STALE (only possible on an id collision) the item is freed.
+ * holds sp->lock). The cas is fresh (derived from the id) when keep_cas is
+ * 0, else keep_cas (touch, gat). On success *note gets a reference for the
+ * listener (when one is set) and *cas_out the item's cas. Returns the apply
+ * result; on APPLY_STALE (only possible on an id collision) the item is
+ * freed.
  */
 static int commit_local(store *s, struct stripe *sp, store_item *it,
-                        const tnow *t, store_item **note, uint64_t *cas_out)
+                        const tnow *t, uint64_t keep_cas, store_item **note,
+                        uint64_t *cas_out)
 {
     riblt_id id = new_id();
     int r;
 
     item_set_id(it, &id);
+    if (keep_cas != 0)
+        it->cas = keep_cas;
     it->version.ticks = clock_next(s, t->ns);
     it->version.node = s->opt.node_id;
     if (atomic_load_explicit(&it->atime, RELAXED) == 0)
@@ -1219,7 +1261,7 @@ static int commit_local(store *s, struct stripe *sp, store_item *it,
         return r;
     }
     if (cas_out)
-        *cas_out = it->id.lo;
+        *cas_out = it->cas;
     if (s->listener != NULL) {
         store_item_ref(it);
         *note = it;
@@ -1298,7 +1340,7 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
     if (cas_mode) {
         if (cur == NULL)
             rc = STORE_NOT_FOUND;
-        else if (cur->id.lo != w->cas)
+        else if (cur->cas != w->cas)
             rc = STORE_EXISTS;
     } else if (w->mode == STORE_ADD) {
         if (cur != NULL)
@@ -1309,7 +1351,7 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
     } else if (concat) {
         if (cur == NULL)
             rc = STORE_NOT_STORED;
-        else if (w->cas != 0 && cur->id.lo != w->cas)
+        else if (w->cas != 0 && cur->cas != w->cas)
             rc = STORE_EXISTS;
         else if (item_total(w->nkey, (size_t)cur->nvalue + w->nvalue) >
                  s->opt.item_size_max)
@@ -1344,7 +1386,7 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
     } else {
         it->exptime = stored_exptime(w->exptime, &t);
     }
-    if (commit_local(s, sp, it, &t, &note, cas_out) == APPLY_STALE)
+    if (commit_local(s, sp, it, &t, 0, &note, cas_out) == APPLY_STALE)
         rc = STORE_NOT_STORED;
     pthread_mutex_unlock(&sp->lock);
     notify(s, note, true);
@@ -1353,13 +1395,16 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
     return rc;
 }
 
-store_item *store_get(store *s, const char *key, size_t nkey)
+store_item *store_get_ex(store *s, const char *key, size_t nkey, int *why)
 {
     store_item *it;
     struct stripe *sp;
     uint64_t h;
+    int miss = 0;
     tnow t;
 
+    if (why)
+        *why = 0;
     if (s == NULL || !key_ok(key, nkey))
         return NULL;
     h = key_hash(s->seed, key, nkey);
@@ -1371,10 +1416,21 @@ store_item *store_get(store *s, const char *key, size_t nkey)
         store_item_ref(it);
         item_access(s, it, &t);
     } else {
+        /* A value that is there but not live: flushed or expired. */
+        if (it != NULL && it->kind == STORE_KIND_VALUE)
+            miss = item_flushed(s, it, &t) ? STORE_MISS_FLUSHED
+                                           : STORE_MISS_EXPIRED;
         it = NULL;
     }
     pthread_mutex_unlock(&sp->lock);
+    if (why)
+        *why = miss;
     return it;
+}
+
+store_item *store_get(store *s, const char *key, size_t nkey)
+{
+    return store_get_ex(s, key, nkey, NULL);
 }
 
 /*
@@ -1419,7 +1475,7 @@ static store_item *retouch(store *s, const char *key, size_t nkey,
                 (uint8_t)(is_read ? FETCHED | (fetched << 1) : fetched));
     atomic_init(&it->prev_atime, atime);
     atomic_init(&it->atime, (uint32_t)t.s);
-    int r = commit_local(s, sp, it, &t, &note, NULL);
+    int r = commit_local(s, sp, it, &t, cur->cas, &note, NULL);
     if (r == APPLY_STALE) {
         *rc = STORE_NOT_FOUND;
     } else {
@@ -1470,7 +1526,7 @@ int store_delete(store *s, const char *key, size_t nkey, uint64_t cas)
     cur = *stripe_slot(sp, h, key, nkey);
     if (cur == NULL || !item_live(s, cur, &t))
         rc = STORE_NOT_FOUND;
-    else if (cas != 0 && cur->id.lo != cas)
+    else if (cas != 0 && cur->cas != cas)
         rc = STORE_EXISTS;
     if (rc != STORE_DELETED) {
         pthread_mutex_unlock(&sp->lock);
@@ -1478,7 +1534,7 @@ int store_delete(store *s, const char *key, size_t nkey, uint64_t cas)
         return rc;
     }
     it->exptime = t.s;
-    if (commit_local(s, sp, it, &t, &note, NULL) == APPLY_STALE)
+    if (commit_local(s, sp, it, &t, 0, &note, NULL) == APPLY_STALE)
         rc = STORE_NOT_FOUND;
     pthread_mutex_unlock(&sp->lock);
     notify(s, note, true);
@@ -1566,7 +1622,7 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
             pthread_mutex_unlock(&sp->lock);
             return STORE_NON_NUMERIC;
         }
-        if (r->cas != 0 && cur->id.lo != r->cas) {
+        if (r->cas != 0 && cur->cas != r->cas) {
             pthread_mutex_unlock(&sp->lock);
             return STORE_EXISTS;
         }
@@ -1592,13 +1648,16 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
     memcpy(item_value_ptr(it), digits, nd);
     if (len > nd)
         memset(item_value_ptr(it) + nd, ' ', len - nd);
-    if (cur != NULL) {
+    if (cur != NULL)
         it->flags = cur->flags;
+    /* One mutation for the number and, with touch, the new expiry. */
+    if (r->touch)
+        it->exptime = stored_exptime(r->touch_exptime, &t);
+    else if (cur != NULL)
         it->exptime = cur->exptime;
-    } else {
+    else
         it->exptime = stored_exptime(r->exptime, &t);
-    }
-    if (commit_local(s, sp, it, &t, &note, cas_out) == APPLY_STALE)
+    if (commit_local(s, sp, it, &t, 0, &note, cas_out) == APPLY_STALE)
         rc = STORE_NOT_FOUND;
     else if (value)
         *value = v;
@@ -1660,7 +1719,7 @@ static bool mutation_ok(const store_mutation *m)
         return false;
     switch (m->kind) {
     case STORE_KIND_VALUE:
-        return key_ok(m->key, m->nkey);
+        return key_ok(m->key, m->nkey) && m->cas != 0;
     case STORE_KIND_TOMBSTONE:
         return key_ok(m->key, m->nkey) && m->nvalue == 0;
     case STORE_KIND_FLUSH:
@@ -1715,7 +1774,11 @@ int store_apply(store *s, const store_mutation *m)
     it->version = m->version;
     it->flags = m->kind == STORE_KIND_FLUSH ? 0 : m->flags;
     it->exptime = m->kind == STORE_KIND_FLUSH ? 0 : m->exptime;
-    it->flush_at = m->kind == STORE_KIND_FLUSH ? m->flush_at : 0;
+    /* The cas comes with the mutation: the same on every node. */
+    if (m->kind == STORE_KIND_FLUSH)
+        it->flush_at = m->flush_at;
+    else
+        it->cas = m->cas;
 
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);

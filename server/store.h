@@ -3,7 +3,8 @@
  *
  * Every key's current state is one immutable mutation: a random 128-bit id,
  * a hybrid-clock version (ticks, node), a kind (value, tombstone, flush), the
- * client flags, an absolute expiry and the value. The store keeps
+ * client flags, an absolute expiry, the cas unique and the value. The
+ * store keeps
  *   - the key table (key -> current mutation), under striped locks;
  *   - the journal (mutation id -> current mutation), the set that nodes
  *     reconcile: exactly the ids of the current mutation of every key held,
@@ -44,7 +45,7 @@ enum store_rc {
     STORE_STALE = 7,       /* apply: version not greater, mutation dropped */
     STORE_ERR_NOMEM = -1,  /* memory limit reached and nothing evictable */
     STORE_ERR_TOO_LARGE = -2, /* item larger than item_size_max */
-    STORE_ERR_INVAL = -3,  /* malformed mutation or argument */
+    STORE_ERR_INVAL = -3,     /* malformed mutation or argument */
 };
 
 const char *store_strerror(int rc);
@@ -60,7 +61,11 @@ int store_version_cmp(const store_version *a, const store_version *b);
 
 enum store_kind {
     STORE_KIND_VALUE = 0,     /* a live value */
-    STORE_KIND_TOMBSTONE = 1, /* delete or eviction; swept after the grace */
+    STORE_KIND_TOMBSTONE = 1, /* delete or eviction; swept after the grace.
+                                 flags: bit 0 set marks an eviction
+                                 tombstone (short-lived, itself evictable),
+                                 other bits 0; exptime: the unix second it
+                                 was written (0 = take it from the ticks) */
     STORE_KIND_FLUSH = 2,     /* flush_all: invalidates every item whose
                                  version ticks are <= flush_at, once the
                                  wall clock reaches flush_at; lives under the
@@ -74,12 +79,17 @@ enum store_kind {
 typedef struct store_mutation {
     riblt_id id;
     store_version version;
-    uint8_t kind;         /* enum store_kind */
-    uint32_t flags;       /* client flags */
-    int64_t exptime;      /* absolute unix seconds; 0 = never */
-    uint64_t flush_at;    /* STORE_KIND_FLUSH: ticks (ns) it takes effect */
+    uint8_t kind;      /* enum store_kind */
+    uint32_t flags;    /* client flags (TOMBSTONE: see store_kind) */
+    int64_t exptime;   /* absolute unix seconds; 0 = never (TOMBSTONE:
+                          see store_kind) */
+    uint64_t flush_at; /* STORE_KIND_FLUSH: ticks (ns) it takes effect */
+    uint64_t cas;      /* the cas unique clients see: fresh (derived from
+                          the id) for a new value, the touched item's for
+                          touch/gat; non-zero for STORE_KIND_VALUE,
+                          ignored for STORE_KIND_FLUSH */
     const char *key;
-    size_t nkey;          /* 1..250; 0 only for STORE_KIND_FLUSH */
+    size_t nkey; /* 1..250; 0 only for STORE_KIND_FLUSH */
     const char *value;
     size_t nvalue;
 } store_mutation;
@@ -92,14 +102,15 @@ typedef struct store store;
 typedef uint64_t (*store_clock_fn)(void *arg);
 
 typedef struct store_options {
-    uint32_t node_id;          /* this node's id in versions (non-zero) */
-    size_t memory_limit;       /* bytes for items (-m); 0 = unlimited */
-    size_t item_size_max;      /* largest key+value+overhead (-I) */
-    uint32_t tombstone_grace;  /* seconds a tombstone (and an expired item)
-                                  stays in the set before it is swept */
-    size_t sketch_symbols;     /* materialized sketch length (default 8192) */
-    unsigned hash_power;       /* initial key table size 2^hash_power */
-    store_clock_fn clock;      /* NULL = CLOCK_REALTIME */
+    uint32_t node_id;         /* this node's id in versions; 0 = draw a
+                                 random non-zero one */
+    size_t memory_limit;      /* bytes for items (-m); 0 = unlimited */
+    size_t item_size_max;     /* largest key+value+overhead (-I) */
+    uint32_t tombstone_grace; /* seconds a tombstone (and an expired item)
+                                 stays in the set before it is swept */
+    size_t sketch_symbols;    /* materialized sketch length (default 8192) */
+    unsigned hash_power;      /* initial key table size 2^hash_power */
+    store_clock_fn clock;     /* NULL = CLOCK_REALTIME */
     void *clock_arg;
 } store_options;
 
@@ -133,9 +144,14 @@ const char *store_item_key(const store_item *it, size_t *nkey);
 const char *store_item_value(const store_item *it, size_t *nvalue);
 uint32_t store_item_flags(const store_item *it);
 int64_t store_item_exptime(const store_item *it); /* absolute, 0 = never */
-uint64_t store_item_cas(const store_item *it);    /* derived from the id */
+uint64_t store_item_cas(const store_item *it);    /* the mutation's cas */
 uint8_t store_item_kind(const store_item *it);
-/* Seconds since the last access on this node (for meta 'l'/'h'/'t'). */
+/*
+ * The state before the most recent read (store_get, store_gat) of the item
+ * on this node, which is what meta 'l' and 'h' report to the reader that
+ * just fetched it: seconds since the access before that read, and whether
+ * the item had been fetched before it. last_access needs the store alive.
+ */
 int64_t store_item_last_access(const store_item *it);
 bool store_item_fetched(const store_item *it);
 /* The item as a mutation (pointers valid while the reference is held). */
@@ -166,9 +182,9 @@ typedef struct store_write {
     const char *value;
     size_t nvalue;
     uint32_t flags;
-    int64_t exptime;   /* absolute (store_exptime_abs); -1 = expired */
-    uint64_t cas;      /* STORE_CAS: expected cas; other modes: if non-zero,
-                          the write also requires this cas (binary/meta) */
+    int64_t exptime; /* absolute (store_exptime_abs); -1 = expired */
+    uint64_t cas;    /* STORE_CAS: expected cas; other modes: if non-zero,
+                        the write also requires this cas (binary/meta) */
 } store_write;
 
 /*
@@ -186,14 +202,29 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out);
  */
 store_item *store_get(store *s, const char *key, size_t nkey);
 
+/* Why store_get_ex missed although the key had a value. */
+#define STORE_MISS_EXPIRED 1 /* its exptime has passed */
+#define STORE_MISS_FLUSHED 2 /* a flush_all in effect covers it */
+
+/*
+ * store_get, and *why (may be NULL) tells a miss apart: 0 on a hit or when
+ * the key holds no value (missing, deleted), STORE_MISS_EXPIRED or
+ * STORE_MISS_FLUSHED when it holds one that is no longer visible (for the
+ * get_expired / get_flushed stats; flushed wins when both apply).
+ */
+store_item *store_get_ex(store *s, const char *key, size_t nkey, int *why);
+
 /*
  * get-and-touch: like store_get, and when the key is live, replaces it by a
- * new mutation carrying exptime (absolute). Returns the new item.
+ * new mutation carrying exptime (absolute) and the same value, flags and
+ * cas. Returns the new item.
  */
-store_item *store_gat(store *s, const char *key, size_t nkey,
-                      int64_t exptime);
+store_item *store_gat(store *s, const char *key, size_t nkey, int64_t exptime);
 
-/* Sets a live key's expiry (new mutation). STORE_OK or STORE_NOT_FOUND. */
+/*
+ * Sets a live key's expiry (new mutation, same value, flags and cas).
+ * STORE_OK or STORE_NOT_FOUND.
+ */
 int store_touch(store *s, const char *key, size_t nkey, int64_t exptime);
 
 /*
@@ -207,16 +238,20 @@ typedef struct store_arith_req {
     size_t nkey;
     bool incr;
     uint64_t delta;
-    uint64_t cas;          /* non-zero: require this cas */
-    bool vivify;           /* create the key with `initial` when missing */
+    uint64_t cas; /* non-zero: require this cas */
+    bool vivify;  /* create the key with `initial` when missing */
     uint64_t initial;
     int64_t exptime;       /* absolute, for a vivified item */
+    bool touch;            /* also set the expiry to touch_exptime, in the
+                              same mutation (meta ma with T) */
+    int64_t touch_exptime; /* absolute (store_exptime_abs); -1 = expired */
 } store_arith_req;
 
 /*
  * incr/decr: 64-bit unsigned, incr wraps, decr stops at 0, as memcached.
  * Returns STORE_OK with *value and *cas_out set (and STORE_STORED when
- * vivified), STORE_NOT_FOUND, STORE_NON_NUMERIC, STORE_EXISTS.
+ * vivified), STORE_NOT_FOUND, STORE_NON_NUMERIC, STORE_EXISTS. With touch,
+ * the new mutation carries touch_exptime (a vivified item too).
  */
 int store_arith(store *s, const store_arith_req *r, uint64_t *value,
                 uint64_t *cas_out);
@@ -271,22 +306,22 @@ size_t store_sweep(store *s, size_t budget);
 /* ------------------------------------------------------------- stats */
 
 typedef struct store_stats {
-    uint64_t curr_items;      /* live values (not tombstones, not flush) */
-    uint64_t total_items;     /* values stored since start */
-    uint64_t bytes;           /* bytes of live items */
+    uint64_t curr_items;  /* live values (not tombstones, not flush) */
+    uint64_t total_items; /* values stored since start */
+    uint64_t bytes;       /* bytes of live items */
     uint64_t limit_maxbytes;
     uint64_t evictions;
     uint64_t expired_unfetched;
     uint64_t evicted_unfetched;
     uint64_t reclaimed;
-    uint64_t mutations;       /* journal size = sketch symbol 0 count */
+    uint64_t mutations; /* journal size = sketch symbol 0 count */
     uint64_t tombstones;
-    uint64_t applied_remote;  /* peer mutations accepted */
-    uint64_t stale_remote;    /* peer mutations dropped as older */
+    uint64_t applied_remote; /* peer mutations accepted */
+    uint64_t stale_remote;   /* peer mutations dropped as older */
     uint64_t swept;
     uint64_t hash_power_level;
     uint64_t sketch_symbols;
-    uint64_t clock_ticks;     /* last hybrid clock value */
+    uint64_t clock_ticks; /* last hybrid clock value */
 } store_stats;
 
 void store_get_stats(store *s, store_stats *out);

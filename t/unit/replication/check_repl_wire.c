@@ -59,7 +59,7 @@ START_TEST(test_frame_round_trip)
     long n =
         repl_wire_build(buf, sizeof(buf), REPL_MSG_FETCH, 7, payload, 12, key);
     ck_assert_int_eq(n, REPL_WIRE_HEADER + 12 + REPL_WIRE_TAG);
-    ck_assert_int_eq(memcmp(buf, "RB\x01\x0c\x0c\0\0\0\x07\0\0\0\0\0\0\0", 16),
+    ck_assert_int_eq(memcmp(buf, "RB\x02\x0c\x0c\0\0\0\x07\0\0\0\0\0\0\0", 16),
                      0);
     repl_frame f;
     size_t used = 0;
@@ -117,7 +117,8 @@ END_TEST
 
 START_TEST(test_bounds_before_buffering)
 {
-    uint8_t hdr[REPL_WIRE_HEADER] = {'R', 'B', 1, REPL_MSG_SYMBOLS};
+    uint8_t hdr[REPL_WIRE_HEADER] = {'R', 'B', REPL_WIRE_VERSION,
+                                     REPL_MSG_SYMBOLS};
     repl_frame f;
     size_t used;
     repl_wire_put_u32(hdr + 4, 0xffffffffu);
@@ -138,7 +139,11 @@ START_TEST(test_bounds_before_buffering)
     ck_assert_int_eq(repl_wire_parse(hdr, sizeof(hdr), key, 0, 64, &f, &used),
                      REPL_WIRE_ERR_MAGIC);
     hdr[0] = 'R';
-    hdr[2] = 2;
+    hdr[2] = REPL_WIRE_VERSION + 1;
+    ck_assert_int_eq(repl_wire_parse(hdr, sizeof(hdr), key, 0, 64, &f, &used),
+                     REPL_WIRE_ERR_MAGIC);
+    /* A version 1 peer (records without the cas) is refused, not misread. */
+    hdr[2] = 1;
     ck_assert_int_eq(repl_wire_parse(hdr, sizeof(hdr), key, 0, 64, &f, &used),
                      REPL_WIRE_ERR_MAGIC);
     uint8_t small[48];
@@ -159,6 +164,7 @@ START_TEST(test_mutation_records)
         .kind = STORE_KIND_VALUE,
         .flags = 0xdeadbeef,
         .exptime = 1800000000,
+        .cas = 0x0102030405060708ULL,
         .key = "user:42",
         .nkey = 7,
         .value = "hello world",
@@ -167,7 +173,14 @@ START_TEST(test_mutation_records)
     uint8_t buf[128];
     long n = repl_wire_put_mutation(buf, sizeof(buf), &m);
     ck_assert_int_eq(n, REPL_WIRE_MUT_FIXED + 7 + 11);
+    ck_assert_int_eq(REPL_WIRE_MUT_FIXED, 63);
     ck_assert_uint_eq(repl_wire_mutation_size(&m), (size_t)n);
+    /* The cas follows flush_at, little-endian, then nkey and nvalue. */
+    ck_assert_int_eq(memcmp(buf + 49,
+                            "\x08\x07\x06\x05\x04\x03\x02\x01\x07\0\x0b\0\0\0",
+                            14),
+                     0);
+    ck_assert_int_eq(memcmp(buf + REPL_WIRE_MUT_FIXED, "user:42", 7), 0);
     store_mutation r;
     ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 1024, &r), n);
     ck_assert(riblt_id_equal(&r.id, &m.id));
@@ -175,6 +188,7 @@ START_TEST(test_mutation_records)
     ck_assert_uint_eq(r.version.node, 3);
     ck_assert_uint_eq(r.flags, 0xdeadbeef);
     ck_assert_int_eq(r.exptime, 1800000000);
+    ck_assert_uint_eq(r.cas, 0x0102030405060708ULL);
     ck_assert_uint_eq(r.nkey, 7);
     ck_assert_int_eq(memcmp(r.key, "user:42", 7), 0);
     ck_assert_uint_eq(r.nvalue, 11);
@@ -196,10 +210,10 @@ START_TEST(test_mutation_records)
     ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
                      REPL_WIRE_ERR_FORMAT);
     memcpy(bad, buf, (size_t)n);
-    bad[49] = 0;
+    bad[57] = 0;
     ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
                      REPL_WIRE_ERR_FORMAT);
-    bad[49] = 251;
+    bad[57] = 251;
     ck_assert_int_eq(repl_wire_get_mutation(bad, sizeof(bad), 1024, &r),
                      REPL_WIRE_ERR_FORMAT);
     /* A flush record has the empty key. */
@@ -208,7 +222,7 @@ START_TEST(test_mutation_records)
     ck_assert_int_eq(n, REPL_WIRE_MUT_FIXED);
     ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 0, &r), n);
     ck_assert_uint_eq(r.flush_at, 5);
-    buf[49] = 1;
+    buf[57] = 1;
     ck_assert_int_eq(repl_wire_get_mutation(buf, sizeof(buf), 0, &r),
                      REPL_WIRE_ERR_FORMAT);
 }

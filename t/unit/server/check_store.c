@@ -122,6 +122,7 @@ static store_mutation mut(uint64_t idlo, uint64_t ticks, uint32_t node,
     memset(&m, 0, sizeof(m));
     m.id.lo = idlo;
     m.id.hi = idlo * 7919 + 13;
+    m.cas = idlo;
     m.version.ticks = ticks;
     m.version.node = node;
     m.kind = kind;
@@ -516,15 +517,16 @@ START_TEST(test_touch_gat)
                      STORE_STORED);
     uint64_t c1 = cas_of(s, "t");
     ck_assert_int_eq(store_touch(s, "t", 1, now + 20), STORE_OK);
+    /* A new mutation, but the cas is kept, as memcached keeps it. */
     uint64_t c2 = cas_of(s, "t");
-    ck_assert_uint_ne(c1, c2);
+    ck_assert_uint_eq(c1, c2);
     advance(&c, 10);
     expect(s, "t", "val");
     store_item *it = store_gat(s, "t", 1, now + 40);
     ck_assert_ptr_nonnull(it);
     ck_assert_int_eq(store_item_exptime(it), now + 40);
     ck_assert_uint_eq(store_item_flags(it), 8);
-    ck_assert_uint_ne(store_item_cas(it), c2);
+    ck_assert_uint_eq(store_item_cas(it), c2);
     /* The previous read is remembered (meta 'h'). */
     ck_assert(store_item_fetched(it));
     store_item_release(it);
@@ -666,14 +668,22 @@ START_TEST(test_apply_invalid)
     ck_assert_int_eq(store_apply(s, &m), STORE_ERR_INVAL);
     m = mut(1, UINT64_MAX, 3, STORE_KIND_VALUE, "k", "v");
     ck_assert_int_eq(store_apply(s, &m), STORE_ERR_INVAL);
+    /* A value without a cas is malformed; a tombstone may have none. */
+    m = mut(1, T0, 3, STORE_KIND_VALUE, "k", "v");
+    m.cas = 0;
+    ck_assert_int_eq(store_apply(s, &m), STORE_ERR_INVAL);
     ck_assert_uint_eq(stats(s).mutations, 0);
+    m = mut(2, T0, 3, STORE_KIND_TOMBSTONE, "t", NULL);
+    m.cas = 0;
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_uint_eq(stats(s).mutations, 1);
     /* The same id under a second key is refused. */
     m = mut(1, T0, 3, STORE_KIND_VALUE, "k", "v");
     ck_assert_int_eq(store_apply(s, &m), STORE_OK);
     m = mut(1, T0, 3, STORE_KIND_VALUE, "k2", "v");
     ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
     expect(s, "k2", NULL);
-    ck_assert_int_eq(set_size(s), 1);
+    ck_assert_int_eq(set_size(s), 2);
     store_destroy(s);
 }
 END_TEST
@@ -1049,6 +1059,239 @@ static size_t item_bytes(const char *key, size_t nvalue)
     return n;
 }
 
+/* gets, touch, cas: the touch keeps the cas, so the cas still matches. */
+START_TEST(test_touch_keeps_cas)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    int64_t now = (int64_t)(T0 / NS);
+    uint64_t c0 = 0, c1 = 0;
+
+    ck_assert_int_eq(wr(s, STORE_SET, "k", "v1", 0, 0, 0, &c0), STORE_STORED);
+    ck_assert_int_eq(store_touch(s, "k", 1, now + 100), STORE_OK);
+    ck_assert_int_eq(wr(s, STORE_CAS, "k", "v2", 0, 0, c0, &c1), STORE_STORED);
+    expect(s, "k", "v2");
+    /* The cas write is a new value: a fresh cas, and the old one fails. */
+    ck_assert_uint_ne(c1, c0);
+    ck_assert_int_eq(wr(s, STORE_CAS, "k", "v3", 0, 0, c0, NULL),
+                     STORE_EXISTS);
+    /* gat keeps it too; then append, delete and incr with it succeed. */
+    store_item *it = store_gat(s, "k", 1, now + 200);
+    ck_assert_ptr_nonnull(it);
+    ck_assert_uint_eq(store_item_cas(it), c1);
+    ck_assert_int_eq(store_item_exptime(it), now + 200);
+    store_item_release(it);
+    ck_assert_int_eq(wr(s, STORE_APPEND, "k", "!", 0, 0, c1, NULL),
+                     STORE_STORED);
+    expect(s, "k", "v2!");
+    uint64_t c2 = cas_of(s, "k");
+    ck_assert_uint_ne(c2, c1);
+    ck_assert_int_eq(store_touch(s, "k", 1, 0), STORE_OK);
+    ck_assert_int_eq(store_delete(s, "k", 1, c2), STORE_DELETED);
+    expect(s, "k", NULL);
+    ck_assert_int_eq(set(s, "n", "5"), STORE_STORED);
+    uint64_t cn = cas_of(s, "n");
+    ck_assert_int_eq(store_touch(s, "n", 1, now + 50), STORE_OK);
+    store_arith_req r = {
+        .key = "n", .nkey = 1, .incr = true, .delta = 1, .cas = cn};
+    uint64_t v = 0, cas = 0;
+    ck_assert_int_eq(store_arith(s, &r, &v, &cas), STORE_OK);
+    ck_assert_uint_eq(v, 6);
+    /* incr makes a new value: a new cas. */
+    ck_assert_uint_ne(cas, cn);
+    ck_assert_uint_eq(cas, cas_of(s, "n"));
+    store_destroy(s);
+}
+END_TEST
+
+/* The cas travels with the mutation: a peer holds the one it was sent. */
+START_TEST(test_apply_keeps_cas)
+{
+    fake_clock c = {T0};
+    store *a = mk(&c, 1, 0), *b = mk(&c, 2, 0);
+    int64_t now = (int64_t)(T0 / NS);
+    recorder rec;
+
+    /* A record whose cas is not its id's low word keeps that cas. */
+    store_mutation m = mut(300, T0 + 1, 7, STORE_KIND_VALUE, "p", "x");
+    m.cas = 0xfeedfacecafe;
+    ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    ck_assert_uint_eq(cas_of(b, "p"), 0xfeedfacecafe);
+    store_item *it = store_get(b, "p", 1);
+    store_mutation out;
+    store_item_mutation(it, &out);
+    ck_assert_uint_eq(out.cas, 0xfeedfacecafe);
+    store_item_release(it);
+    ck_assert_int_eq(wr(b, STORE_CAS, "p", "y", 0, 0, 0xfeedfacecafe, NULL),
+                     STORE_STORED);
+
+    /* set and touch on a, both replicated to b: gets on a, cas on b. */
+    recorder_init(&rec);
+    store_set_listener(a, record, &rec);
+    ck_assert_int_eq(set(a, "k", "v"), STORE_STORED);
+    uint64_t ca = cas_of(a, "k");
+    ck_assert_int_eq(store_touch(a, "k", 1, now + 60), STORE_OK);
+    ck_assert_uint_eq(rec.n, 2);
+    for (size_t i = 0; i < rec.n; i++) {
+        store_item_mutation(rec.items[i], &m);
+        ck_assert_uint_eq(m.cas, ca);
+        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    }
+    ck_assert_uint_eq(cas_of(b, "k"), ca);
+    it = store_get(b, "k", 1);
+    ck_assert_int_eq(store_item_exptime(it), now + 60);
+    store_item_release(it);
+    ck_assert_int_eq(wr(b, STORE_CAS, "k", "w", 0, 0, ca, NULL), STORE_STORED);
+    recorder_free(&rec);
+    store_destroy(a);
+    store_destroy(b);
+}
+END_TEST
+
+/* ma with T: the number and the new expiry are one mutation. */
+START_TEST(test_arith_touch)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    int64_t now = (int64_t)(T0 / NS);
+    recorder rec;
+    uint64_t v = 0, cas = 0;
+
+    recorder_init(&rec);
+    store_set_listener(s, record, &rec);
+    ck_assert_int_eq(wr(s, STORE_SET, "n", "41", 3, now + 10, 0, NULL),
+                     STORE_STORED);
+    store_arith_req r = {.key = "n",
+                         .nkey = 1,
+                         .incr = true,
+                         .delta = 1,
+                         .touch = true,
+                         .touch_exptime = now + 500};
+    ck_assert_int_eq(store_arith(s, &r, &v, &cas), STORE_OK);
+    ck_assert_uint_eq(v, 42);
+    ck_assert_uint_eq(rec.n, 2);
+    ck_assert_int_eq(store_item_exptime(rec.items[1]), now + 500);
+    ck_assert_uint_eq(store_item_flags(rec.items[1]), 3);
+    ck_assert_uint_eq(store_item_cas(rec.items[1]), cas);
+    size_t nv;
+    const char *val = store_item_value(rec.items[1], &nv);
+    ck_assert_int_eq(nv, 2);
+    ck_assert_int_eq(memcmp(val, "42", 2), 0);
+    /* Without touch the expiry is kept. */
+    r.touch = false;
+    ck_assert_int_eq(store_arith(s, &r, &v, NULL), STORE_OK);
+    ck_assert_uint_eq(rec.n, 3);
+    ck_assert_int_eq(store_item_exptime(rec.items[2]), now + 500);
+    /* A vivified item with touch takes the touch expiry. */
+    store_arith_req viv = {.key = "m",
+                           .nkey = 1,
+                           .incr = true,
+                           .delta = 1,
+                           .vivify = true,
+                           .initial = 7,
+                           .exptime = now + 5,
+                           .touch = true,
+                           .touch_exptime = now + 900};
+    ck_assert_int_eq(store_arith(s, &viv, &v, NULL), STORE_STORED);
+    ck_assert_uint_eq(v, 7);
+    ck_assert_uint_eq(rec.n, 4);
+    ck_assert_int_eq(store_item_exptime(rec.items[3]), now + 900);
+    /* A touch to an expired time makes the result a miss at once. */
+    r.touch = true;
+    r.touch_exptime = -1;
+    ck_assert_int_eq(store_arith(s, &r, &v, NULL), STORE_OK);
+    ck_assert_uint_eq(v, 44);
+    expect(s, "n", NULL);
+    /* A miss changes nothing. */
+    r.key = "absent";
+    r.nkey = 6;
+    ck_assert_int_eq(store_arith(s, &r, &v, NULL), STORE_NOT_FOUND);
+    ck_assert_uint_eq(rec.n, 5);
+    recorder_free(&rec);
+    store_destroy(s);
+}
+END_TEST
+
+/* store_get_ex tells an expired and a flushed value from a missing one. */
+START_TEST(test_get_ex_why)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    int64_t now = (int64_t)(T0 / NS);
+    int why = 99;
+
+    ck_assert_ptr_null(store_get_ex(s, "none", 4, &why));
+    ck_assert_int_eq(why, 0);
+    ck_assert_int_eq(wr(s, STORE_SET, "e", "v", 0, now + 5, 0, NULL),
+                     STORE_STORED);
+    ck_assert_int_eq(set(s, "d", "v"), STORE_STORED);
+    ck_assert_int_eq(store_delete(s, "d", 1, 0), STORE_DELETED);
+    store_item *it = store_get_ex(s, "e", 1, &why);
+    ck_assert_ptr_nonnull(it);
+    ck_assert_int_eq(why, 0);
+    store_item_release(it);
+    why = 99;
+    ck_assert_ptr_null(store_get_ex(s, "d", 1, &why));
+    ck_assert_int_eq(why, 0); /* deleted: a plain miss */
+    advance(&c, 5);
+    ck_assert_ptr_null(store_get_ex(s, "e", 1, &why));
+    ck_assert_int_eq(why, STORE_MISS_EXPIRED);
+    ck_assert_ptr_null(store_get_ex(s, "e", 1, NULL));
+    ck_assert_int_eq(set(s, "f", "v"), STORE_STORED);
+    advance(&c, 1);
+    ck_assert_int_eq(store_flush_all(s, 0), STORE_OK);
+    ck_assert_ptr_null(store_get_ex(s, "f", 1, &why));
+    ck_assert_int_eq(why, STORE_MISS_FLUSHED);
+    /* Expired and flushed: flushed. */
+    ck_assert_ptr_null(store_get_ex(s, "e", 1, &why));
+    ck_assert_int_eq(why, STORE_MISS_FLUSHED);
+    /* Invalid keys are plain misses. */
+    why = 99;
+    ck_assert_ptr_null(store_get_ex(s, "", 0, &why));
+    ck_assert_int_eq(why, 0);
+    store_destroy(s);
+}
+END_TEST
+
+/*
+ * Overwrites swap the old id for the new one in one sketch walk: after many
+ * of them the sketch equals that of a store given only the final values.
+ */
+START_TEST(test_overwrite_sketch)
+{
+    fake_clock c = {T0};
+    store *a = mk(&c, 1, 0), *b = mk(&c, 2, 0);
+    char key[16], val[16];
+
+    for (int round = 0; round < 5; round++) {
+        for (int i = 0; i < 50; i++) {
+            snprintf(key, sizeof(key), "k%d", i);
+            snprintf(val, sizeof(val), "%d", round * 100 + i);
+            ck_assert_int_eq(set(a, key, val), STORE_STORED);
+        }
+    }
+    ck_assert_int_eq(store_touch(a, "k1", 2, 0), STORE_OK);
+    ck_assert_int_eq(store_delete(a, "k2", 2, 0), STORE_DELETED);
+    ck_assert_int_eq(set_size(a), 50);
+    /* b learns a's set (tombstone included) by plain additions. */
+    idlist l = {.n = 0};
+    ck_assert_uint_eq(store_journal_ids(a, collect, &l), 50);
+    for (size_t i = 0; i < l.n; i++) {
+        store_item *it = store_fetch(a, &l.ids[i]);
+        ck_assert_ptr_nonnull(it);
+        store_mutation m;
+        store_item_mutation(it, &m);
+        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+        store_item_release(it);
+    }
+    same_sketch(a, b);
+    expect(b, "k2", NULL);
+    expect(b, "k49", "449");
+    store_destroy(a);
+    store_destroy(b);
+}
+END_TEST
+
 START_TEST(test_eviction_lru)
 {
     fake_clock c = {T0};
@@ -1380,6 +1623,7 @@ static void *smoke(void *arg)
             m.version.ticks += lcg(&x) % 1000;
             m.version.node = 99;
             m.kind = STORE_KIND_VALUE;
+            m.cas = m.id.lo;
             m.key = key;
             m.nkey = strlen(key);
             m.value = val;
@@ -1481,6 +1725,11 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_flush_delayed);
     tcase_add_test(tc, test_flush_from_peer);
     tcase_add_test(tc, test_cas_same_on_peers);
+    tcase_add_test(tc, test_touch_keeps_cas);
+    tcase_add_test(tc, test_apply_keeps_cas);
+    tcase_add_test(tc, test_arith_touch);
+    tcase_add_test(tc, test_get_ex_why);
+    tcase_add_test(tc, test_overwrite_sketch);
     tcase_add_test(tc, test_set_invariant);
     tcase_add_test(tc, test_listener);
     tcase_add_test(tc, test_eviction_lru);
