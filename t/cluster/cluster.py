@@ -41,7 +41,7 @@ def sanitized():
     its allocator keeps freed memory in quarantine)."""
     try:
         with open(harness.SERVER, "rb") as f:
-            return b"AddressSanitizer" in f.read()
+            return b"__asan_init" in f.read()
     except OSError:
         return False
 

@@ -2,7 +2,7 @@
 tests that play a (possibly hostile) peer.
 
 Frames (replication/README.md, replication/repl_wire.h), little-endian:
-  "RB" | version 1 | type | length u32 | seq u64 | payload | tag[32]
+  "RB" | version | type | length u32 | seq u64 | payload | tag[32]
 HELLO and CHALLENGE carry a zero tag; every later frame carries
 HMAC-SHA256(session key, header | payload) and seq counts the frames of
 each direction from 0 (HELLO/CHALLENGE do not count).
@@ -19,11 +19,26 @@ Handshake: HELLO(node u32, nonce[32]) -> CHALLENGE(node u32, nonce[32]);
 import hashlib
 import hmac
 import os
+import re
 import socket
 import struct
 import time
 
-VERSION = 1
+
+def _wire_constant(name):
+    """A #define of replication/repl_wire.h, so that these tests speak the
+    version of the protocol the tree they test declares."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                        "..", "replication", "repl_wire.h")
+    with open(path) as f:
+        m = re.search(r"#define %s\s+(\d+)" % name, f.read())
+    if not m:
+        raise RuntimeError("%s not found in %s" % (name, path))
+    return int(m.group(1))
+
+
+VERSION = _wire_constant("REPL_WIRE_VERSION")
+MUT_FIXED = _wire_constant("REPL_WIRE_MUT_FIXED")  # record bytes before key
 HEADER = 16
 TAG = 32
 NONCE = 32

@@ -294,10 +294,11 @@ class Hostile(unittest.TestCase):
             # a push of one mutation record cut short, and of one record
             # of an unknown kind (flags u8, count u32, records)
             lambda p: p.send_frame(peerwire.MUTATIONS, b"\2" +
-                                   struct.pack("<I", 1) + bytes(40)),
+                                   struct.pack("<I", 1) +
+                                   bytes(peerwire.MUT_FIXED - 10)),
             lambda p: p.send_frame(peerwire.MUTATIONS, b"\2" +
                                    struct.pack("<I", 1) + bytes(28) +
-                                   b"\x09" + bytes(26)),
+                                   b"\x09" + bytes(peerwire.MUT_FIXED - 29)),
             # raw bytes that are not a frame
             lambda p: p.send(bytes(rng.getrandbits(8) for _ in range(300))),
             # a frame whose tag is wrong
