@@ -367,16 +367,70 @@ static inline void window_apply(struct window *w, riblt_symbol *cell,
     }
 }
 
-/* Restarts every mapping and advances it to the first index >= offset. */
+/*
+ * Advances every entry's mapping to the first index >= end, folding each
+ * entry into out[index - pos] on the way when out is not NULL (entries
+ * must not lag behind pos then). Four entries at a time, so that their
+ * independent mapping computations (each a chain of multiply, sqrt and
+ * divide) overlap in the CPU.
+ */
+#define WALK_APPLY(e)                                                         \
+    do {                                                                      \
+        if (out)                                                              \
+            cell_apply(&out[(e)->map.index - pos], &(e)->id, (e)->hash,       \
+                       (e)->sign);                                            \
+        riblt_mapping_next(&(e)->map);                                        \
+    } while (0)
+
+static void window_walk(struct window *w, riblt_symbol *out, uint64_t pos,
+                        uint64_t end)
+{
+    size_t i = 0, to = w->n;
+    for (; i + 4 <= to; i += 4) {
+        struct entry *e0 = &w->e[i], *e1 = &w->e[i + 1];
+        struct entry *e2 = &w->e[i + 2], *e3 = &w->e[i + 3];
+        for (;;) {
+            bool a0 = e0->map.index < end, a1 = e1->map.index < end;
+            bool a2 = e2->map.index < end, a3 = e3->map.index < end;
+            if (!(a0 | a1 | a2 | a3))
+                break;
+            if (a0)
+                WALK_APPLY(e0);
+            if (a1)
+                WALK_APPLY(e1);
+            if (a2)
+                WALK_APPLY(e2);
+            if (a3)
+                WALK_APPLY(e3);
+        }
+    }
+    for (; i < to; i++) {
+        struct entry *e = &w->e[i];
+        while (e->map.index < end)
+            WALK_APPLY(e);
+    }
+}
+
+#undef WALK_APPLY
+
+/*
+ * Moves every mapping to the first index >= offset (from the beginning
+ * when restart) and marks nothing: the caller rebuilds the heap when it
+ * needs it (window_heapify).
+ */
 static void window_seek(struct window *w, uint64_t offset, bool restart)
 {
+    if (restart)
+        for (size_t i = 0; i < w->n; i++)
+            riblt_mapping_init(&w->e[i].map, w->e[i].hash);
+    window_walk(w, NULL, 0, offset);
+}
+
+/* Rebuilds the heap from the entries' current mapping indices. */
+static void window_heapify(struct window *w)
+{
     for (size_t i = 0; i < w->n; i++) {
-        struct entry *e = &w->e[i];
-        if (restart)
-            riblt_mapping_init(&e->map, e->hash);
-        while (e->map.index < offset)
-            riblt_mapping_next(&e->map);
-        w->heap[i].index = e->map.index;
+        w->heap[i].index = w->e[i].map.index;
         w->heap[i].src = i;
     }
     heap_build(w->heap, w->n);
@@ -388,7 +442,7 @@ struct riblt_encoder {
     struct window w;
     uint64_t pos;    /* index of the next symbol to produce */
     bool started;    /* produce or seek called since the last reset */
-    bool heap_stale; /* a batch walk moved the mappings: rebuild the heap */
+    bool heap_stale; /* a walk or seek moved the mappings: rebuild the heap */
 };
 
 riblt_encoder *riblt_encoder_create(size_t capacity_hint)
@@ -442,9 +496,10 @@ int riblt_encoder_seek(riblt_encoder *enc, uint64_t offset)
 {
     if (!enc)
         return RIBLT_ERR_INVAL;
-    if (offset != enc->pos || enc->heap_stale)
+    if (offset != enc->pos) {
         window_seek(&enc->w, offset, offset < enc->pos);
-    enc->heap_stale = false;
+        enc->heap_stale = true;
+    }
     enc->pos = offset;
     enc->started = true;
     return RIBLT_OK;
@@ -466,54 +521,6 @@ uint64_t riblt_encoder_position(const riblt_encoder *enc)
 #define ENCODER_BATCH_MIN 16
 #define ENCODER_WALK_RATIO 50
 
-/*
- * Walks entries [from, to) through the cells [pos, end), writing into out,
- * four entries at a time so that their independent mapping computations
- * (each a chain of multiply, sqrt and divide) overlap in the CPU.
- */
-static void encoder_walk(struct window *w, size_t from, size_t to,
-                         riblt_symbol *out, uint64_t pos, uint64_t end)
-{
-    size_t i = from;
-    for (; i + 4 <= to; i += 4) {
-        struct entry *e0 = &w->e[i], *e1 = &w->e[i + 1];
-        struct entry *e2 = &w->e[i + 2], *e3 = &w->e[i + 3];
-        for (;;) {
-            bool a0 = e0->map.index < end, a1 = e1->map.index < end;
-            bool a2 = e2->map.index < end, a3 = e3->map.index < end;
-            if (!(a0 | a1 | a2 | a3))
-                break;
-            if (a0) {
-                cell_apply(&out[e0->map.index - pos], &e0->id, e0->hash,
-                           e0->sign);
-                riblt_mapping_next(&e0->map);
-            }
-            if (a1) {
-                cell_apply(&out[e1->map.index - pos], &e1->id, e1->hash,
-                           e1->sign);
-                riblt_mapping_next(&e1->map);
-            }
-            if (a2) {
-                cell_apply(&out[e2->map.index - pos], &e2->id, e2->hash,
-                           e2->sign);
-                riblt_mapping_next(&e2->map);
-            }
-            if (a3) {
-                cell_apply(&out[e3->map.index - pos], &e3->id, e3->hash,
-                           e3->sign);
-                riblt_mapping_next(&e3->map);
-            }
-        }
-    }
-    for (; i < to; i++) {
-        struct entry *e = &w->e[i];
-        while (e->map.index < end) {
-            cell_apply(&out[e->map.index - pos], &e->id, e->hash, e->sign);
-            riblt_mapping_next(&e->map);
-        }
-    }
-}
-
 int riblt_encoder_produce(riblt_encoder *enc, riblt_symbol *out, size_t n)
 {
     if (!enc || (n > 0 && !out))
@@ -524,13 +531,13 @@ int riblt_encoder_produce(riblt_encoder *enc, riblt_symbol *out, size_t n)
     memset(out, 0, n * sizeof(*out));
     if (n >= ENCODER_BATCH_MIN &&
         (uint64_t)n * ENCODER_WALK_RATIO >= enc->pos + 2) {
-        encoder_walk(&enc->w, 0, enc->w.n, out, enc->pos, enc->pos + n);
+        window_walk(&enc->w, out, enc->pos, enc->pos + n);
         enc->heap_stale = true;
         enc->pos += n;
         return RIBLT_OK;
     }
     if (enc->heap_stale) {
-        window_seek(&enc->w, enc->pos, false);
+        window_heapify(&enc->w);
         enc->heap_stale = false;
     }
     for (size_t i = 0; i < n; i++) {

@@ -187,6 +187,13 @@ int main(int argc, char **argv)
            syms, (double)syms / (double)diff, 1.5 * 1.35 * (double)diff * 32);
     printf("mutations fetched %llu, pushed %llu; records alone ~%.0f bytes\n",
            fetched, sent, record * (double)diff);
+    printf("last round took %llu us (initiator's clock)\n",
+           stat_sum(ra, ":last_round_us") + stat_sum(rb, ":last_round_us"));
+    printf("rounds %llu (failed %llu, bulk %llu), encoders built %llu\n",
+           stat_sum(ra, ":rounds") + stat_sum(rb, ":rounds"),
+           stat_sum(ra, ":rounds_failed") + stat_sum(rb, ":rounds_failed"),
+           stat_sum(ra, ":bulk_transfers") + stat_sum(rb, ":bulk_transfers"),
+           stat_sum(ra, "encoder_builds") + stat_sum(rb, "encoder_builds"));
     printf("a full listing of one node's ids and versions would be %.0f "
            "bytes\n",
            listing);
