@@ -408,12 +408,17 @@ static int bin_get(proto_ctx *ctx, const bin_req *r, struct evbuffer *out)
         else
             BIN_COUNT(ctx, touch_misses);
     } else {
+        int why;
         BIN_COUNT(ctx, cmd_get);
-        it = store_get(ctx->store, r->key, nkey);
+        it = store_get_ex(ctx->store, r->key, nkey, &why);
         if (it)
             BIN_COUNT(ctx, get_hits);
         else
             BIN_COUNT(ctx, get_misses);
+        if (why == STORE_MISS_EXPIRED)
+            BIN_COUNT(ctx, get_expired);
+        else if (why == STORE_MISS_FLUSHED)
+            BIN_COUNT(ctx, get_flushed);
     }
 
     if (!it) {

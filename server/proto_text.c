@@ -565,12 +565,17 @@ static int cmd_get(pt_req *r, bool with_cas, bool touch)
             else
                 STAT(r, touch_misses);
         } else {
+            int why;
             STAT(r, cmd_get);
-            it = store_get(r->ctx->store, k.s, k.n);
+            it = store_get_ex(r->ctx->store, k.s, k.n, &why);
             if (it)
                 STAT(r, get_hits);
             else
                 STAT(r, get_misses);
+            if (why == STORE_MISS_EXPIRED)
+                STAT(r, get_expired);
+            else if (why == STORE_MISS_FLUSHED)
+                STAT(r, get_flushed);
         }
         if (it)
             out_get_hit(r, it, with_cas);
@@ -1113,10 +1118,15 @@ static int cmd_mg(pt_req *r)
     }
     STAT(r, cmd_meta);
     store_item *it;
+    int why = 0;
     if (m.has_T)
         it = store_gat(s, m.key, m.nkey, store_exptime_abs(s, m.T));
     else
-        it = store_get(s, m.key, m.nkey);
+        it = store_get_ex(s, m.key, m.nkey, &why);
+    if (why == STORE_MISS_EXPIRED)
+        STAT(r, get_expired);
+    else if (why == STORE_MISS_FLUSHED)
+        STAT(r, get_flushed);
     if (it == NULL && m.has_N) {
         /* vivify: an empty item; this request wins the right to fill it */
         store_write w = {.mode = STORE_ADD,
@@ -1418,6 +1428,9 @@ static int cmd_ma(pt_req *r)
         .vivify = m.has_N,
         .initial = m.J,
         .exptime = m.has_N ? store_exptime_abs(s, m.N) : 0,
+        /* T: the new ttl goes in the same mutation as the number */
+        .touch = m.has_T,
+        .touch_exptime = m.has_T ? store_exptime_abs(s, m.T) : 0,
     };
     int rc = store_arith(s, &a, &value, &cas);
     char *p = out_reserve(r->o, PT_LINE_MAX);
@@ -1450,14 +1463,8 @@ static int cmd_ma(pt_req *r)
         else
             STAT(r, decr_hits);
     }
-    /* T updates the ttl after the change (a second mutation) */
-    int64_t exptime = a.exptime;
-    bool have_item_info = rc == STORE_STORED;
-    if (m.has_T) {
-        exptime = store_exptime_abs(s, m.T);
-        store_touch(s, m.key, m.nkey, exptime);
-        have_item_info = false;
-    }
+    int64_t exptime = m.has_T ? a.touch_exptime : a.exptime;
+    bool have_item_info = rc == STORE_STORED || m.has_T;
     if (!have_item_info && (meta_has(&m, 't') || meta_has(&m, 'c'))) {
         store_item *it = store_get(s, m.key, m.nkey);
         if (it) {
