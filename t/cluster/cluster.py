@@ -282,10 +282,18 @@ class CuttableProxy:
             except OSError:
                 client.close()
                 continue
-            self.accepted += 1
             pair = (client, upstream)
             with self.lock:
-                self.conns.append(pair)
+                # A cut may have come while this one was connecting.
+                cut = self.cut_flag
+                if not cut:
+                    self.conns.append(pair)
+            if cut:
+                self.refused += 1
+                client.close()
+                upstream.close()
+                continue
+            self.accepted += 1
             threading.Thread(target=self._relay, args=(pair,),
                              daemon=True).start()
 
