@@ -278,6 +278,30 @@ class Hostile(unittest.TestCase):
                   % (sent, self.delta("served_symbol_requests"), served,
                      self.rss0, self.rss_max))
 
+    def test_many_silent_connections(self):
+        # More connections than the node takes on its peer port, none
+        # saying a word: the excess is refused and counted; once they are
+        # gone a real peer gets in again (tearDown).
+        socks = []
+        try:
+            for _ in range(300):
+                socks.append(socket.create_connection(
+                    ("127.0.0.1", self.node.repl_port), timeout=5))
+            self.wait_delta("incoming_refused", 1)
+            self.sample_rss()
+        finally:
+            for s in socks:
+                s.close()
+
+        def peer_gets_in():
+            try:
+                with Peer(self.node.repl_port) as p:
+                    p.handshake(cluster.SECRET.encode())
+                return True
+            except (Closed, OSError):
+                return False
+        self.assertTrue(wait_until(peer_gets_in, 10.0, interval=0.2))
+
     def test_garbage_frames_after_auth(self):
         secret = cluster.SECRET.encode()
         rng = random.Random(11)
