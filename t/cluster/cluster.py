@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "proto"))
 
 import harness  # noqa: E402
-from harness import free_port, parse_stats, recv_until  # noqa: E402,F401
+from harness import free_port  # noqa: E402
 
 SECRET = "cluster-test-secret-5d1e0b9a"
 
