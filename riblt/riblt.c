@@ -238,8 +238,10 @@ struct hnode {
 };
 
 /*
- * A window: entries plus a min-heap of their next indices. `fixed` windows
- * never grow past their initial capacity (the decoder's peeled sets).
+ * A window: entries plus, for the encoder, a min-heap of their next
+ * indices (built lazily by window_heapify). `fixed` windows never grow past
+ * their initial capacity (the decoder's peeled sets); windows without
+ * `heaped` have no heap at all (the decoder's, which only walk).
  */
 struct window {
     struct entry *e;
@@ -247,17 +249,20 @@ struct window {
     size_t n;
     size_t cap;
     bool fixed;
+    bool heaped;
 };
 
-static int window_init(struct window *w, size_t cap, bool fixed)
+static int window_init(struct window *w, size_t cap, bool fixed, bool heaped)
 {
     memset(w, 0, sizeof(*w));
     w->fixed = fixed;
+    w->heaped = heaped;
     if (cap == 0)
         return RIBLT_OK;
     w->e = malloc(cap * sizeof(*w->e));
-    w->heap = malloc(cap * sizeof(*w->heap));
-    if (!w->e || !w->heap) {
+    if (heaped)
+        w->heap = malloc(cap * sizeof(*w->heap));
+    if (!w->e || (heaped && !w->heap)) {
         free(w->e);
         free(w->heap);
         w->e = NULL;
@@ -286,10 +291,12 @@ static int window_grow(struct window *w)
     if (!e)
         return RIBLT_ERR_NOMEM;
     w->e = e;
-    struct hnode *h = realloc(w->heap, ncap * sizeof(*h));
-    if (!h)
-        return RIBLT_ERR_NOMEM;
-    w->heap = h;
+    if (w->heaped) {
+        struct hnode *h = realloc(w->heap, ncap * sizeof(*h));
+        if (!h)
+            return RIBLT_ERR_NOMEM;
+        w->heap = h;
+    }
     w->cap = ncap;
     return RIBLT_OK;
 }
@@ -311,26 +318,16 @@ static void heap_sift_down(struct hnode *h, size_t n, size_t i)
     h[i] = x;
 }
 
-static void heap_sift_up(struct hnode *h, size_t i)
-{
-    struct hnode x = h[i];
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (h[p].index <= x.index)
-            break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
-}
-
 static void heap_build(struct hnode *h, size_t n)
 {
     for (size_t i = n / 2; i-- > 0;)
         heap_sift_down(h, n, i);
 }
 
-/* Appends an entry whose mapping is in state m; keeps the heap valid. */
+/*
+ * Appends an entry whose mapping is in state m. The heap is not touched:
+ * whoever uses it rebuilds it first (window_heapify).
+ */
 static int window_push(struct window *w, const riblt_id *id, uint64_t hash,
                        const riblt_mapping *m, int64_t sign)
 {
@@ -344,9 +341,6 @@ static int window_push(struct window *w, const riblt_id *id, uint64_t hash,
     w->e[i].hash = hash;
     w->e[i].map = *m;
     w->e[i].sign = sign;
-    w->heap[i].index = m->index;
-    w->heap[i].src = i;
-    heap_sift_up(w->heap, i);
     return RIBLT_OK;
 }
 
@@ -450,7 +444,7 @@ riblt_encoder *riblt_encoder_create(size_t capacity_hint)
     riblt_encoder *enc = calloc(1, sizeof(*enc));
     if (!enc)
         return NULL;
-    if (window_init(&enc->w, capacity_hint, false) != RIBLT_OK) {
+    if (window_init(&enc->w, capacity_hint, false, true) != RIBLT_OK) {
         free(enc);
         return NULL;
     }
@@ -474,6 +468,7 @@ static int encoder_put(riblt_encoder *enc, const riblt_id *id, int64_t sign)
     riblt_mapping m;
     uint64_t h = riblt_hash(id);
     riblt_mapping_init(&m, h);
+    enc->heap_stale = true;
     return window_push(&enc->w, id, h, &m, sign);
 }
 
@@ -562,16 +557,32 @@ void riblt_encoder_reset(riblt_encoder *enc)
 enum dec_mode { DEC_NONE, DEC_CODED, DEC_DIFF };
 enum dec_state { DEC_OPEN, DEC_DONE, DEC_FAILED };
 
+/*
+ * The decoder never pops a heap. What it must take out of each arriving
+ * symbol (its own set in coded mode, and every id peeled so far) is
+ * computed ahead for a batch of indices in `adj` by walking the windows'
+ * mappings through the batch, as the encoder does. An id peeled in the
+ * middle of a batch adds itself to the rest of the batch right away.
+ * Batches grow with the index (1/16 of it, at least 64) so that each
+ * walk over a large local set covers many symbols.
+ */
+#define DEC_BATCH_MIN 64
+#define DEC_BATCH_SHIFT 4
+
 struct riblt_decoder {
     size_t max;          /* cap on cells and on peeled ids */
     riblt_symbol *cells; /* received symbols, peeled in place */
     size_t ncells;
+    riblt_symbol *adj; /* what to fold into symbols adj_base.. */
+    size_t adj_cap;
+    uint64_t adj_base;
+    size_t adj_n;
     size_t *queue;   /* ring of cells that may be pure */
     uint8_t *queued; /* 1 while a cell sits in the ring */
     size_t qhead, qlen;
-    struct window own;    /* the local set, for add_coded */
-    struct window remote; /* peeled ids only the remote holds */
-    struct window local;  /* peeled ids only the local side holds */
+    struct window own;    /* the local set (sign -1), for add_coded */
+    struct window remote; /* peeled ids only the remote holds (sign -1) */
+    struct window local;  /* peeled ids only we hold (sign +1) */
     riblt_id *remote_ids; /* contiguous copies for the borrowed views */
     riblt_id *local_ids;
     enum dec_mode mode;
@@ -587,16 +598,18 @@ riblt_decoder *riblt_decoder_create(size_t max_symbols)
     if (!d)
         return NULL;
     d->max = max_symbols;
+    d->adj_cap = (max_symbols >> DEC_BATCH_SHIFT) + DEC_BATCH_MIN;
     d->cells = malloc(max_symbols * sizeof(*d->cells));
+    d->adj = malloc(d->adj_cap * sizeof(*d->adj));
     d->queue = malloc(max_symbols * sizeof(*d->queue));
     d->queued = calloc(max_symbols, 1);
     d->remote_ids = malloc(max_symbols * sizeof(*d->remote_ids));
     d->local_ids = malloc(max_symbols * sizeof(*d->local_ids));
-    bool ok =
-        d->cells && d->queue && d->queued && d->remote_ids && d->local_ids;
-    ok = ok && window_init(&d->own, 0, false) == RIBLT_OK;
-    ok = ok && window_init(&d->remote, max_symbols, true) == RIBLT_OK;
-    ok = ok && window_init(&d->local, max_symbols, true) == RIBLT_OK;
+    bool ok = d->cells && d->adj && d->queue && d->queued && d->remote_ids &&
+              d->local_ids;
+    ok = ok && window_init(&d->own, 0, false, false) == RIBLT_OK;
+    ok = ok && window_init(&d->remote, max_symbols, true, false) == RIBLT_OK;
+    ok = ok && window_init(&d->local, max_symbols, true, false) == RIBLT_OK;
     if (!ok) {
         riblt_decoder_destroy(d);
         return NULL;
@@ -609,6 +622,7 @@ void riblt_decoder_destroy(riblt_decoder *d)
     if (!d)
         return;
     free(d->cells);
+    free(d->adj);
     free(d->queue);
     free(d->queued);
     free(d->remote_ids);
@@ -628,7 +642,7 @@ int riblt_decoder_add_local(riblt_decoder *d, const riblt_id *id)
     riblt_mapping m;
     uint64_t h = riblt_hash(id);
     riblt_mapping_init(&m, h);
-    return window_push(&d->own, id, h, &m, 1);
+    return window_push(&d->own, id, h, &m, -1);
 }
 
 static void queue_push(riblt_decoder *d, size_t ci)
@@ -636,12 +650,32 @@ static void queue_push(riblt_decoder *d, size_t ci)
     if (d->queued[ci])
         return;
     d->queued[ci] = 1;
-    d->queue[(d->qhead + d->qlen) % d->max] = ci;
+    size_t at = d->qhead + d->qlen;
+    d->queue[at >= d->max ? at - d->max : at] = ci;
     d->qlen++;
 }
 
+/* Computes adj for the next batch of indices, starting at ncells. */
+static void decoder_refill(riblt_decoder *d)
+{
+    uint64_t base = d->ncells;
+    size_t n = (size_t)(base >> DEC_BATCH_SHIFT);
+    if (n < DEC_BATCH_MIN)
+        n = DEC_BATCH_MIN;
+    if (n > d->adj_cap)
+        n = d->adj_cap;
+    if (n > d->max - d->ncells)
+        n = d->max - d->ncells;
+    memset(d->adj, 0, n * sizeof(*d->adj));
+    window_walk(&d->own, d->adj, base, base + n);
+    window_walk(&d->remote, d->adj, base, base + n);
+    window_walk(&d->local, d->adj, base, base + n);
+    d->adj_base = base;
+    d->adj_n = n;
+}
+
 /*
- * Appends one remote (subtract_own) or difference symbol as cell ncells,
+ * Appends one remote (coded mode) or difference symbol as cell ncells,
  * after taking out every id already peeled and, for remote symbols, the
  * local set.
  */
@@ -657,12 +691,15 @@ static int decoder_feed(riblt_decoder *d, const riblt_symbol *sym,
     if (d->ncells == d->max)
         return RIBLT_ERR_FULL;
     d->mode = mode;
+    if (d->ncells == d->adj_base + d->adj_n)
+        decoder_refill(d);
     size_t i = d->ncells;
+    const riblt_symbol *a = &d->adj[i - d->adj_base];
     riblt_symbol c = *sym;
-    if (mode == DEC_CODED)
-        window_apply(&d->own, &c, i, -1);
-    window_apply(&d->remote, &c, i, -1);
-    window_apply(&d->local, &c, i, 1);
+    c.sum.lo ^= a->sum.lo;
+    c.sum.hi ^= a->sum.hi;
+    c.hash ^= a->hash;
+    c.count = count_add(c.count, a->count);
     d->cells[i] = c;
     d->ncells++;
     if (cell_pure(&c))
@@ -689,8 +726,9 @@ static int decoder_fail(riblt_decoder *d, int rc)
 
 /*
  * Peels the pure cell ci: removes its id from every received cell it maps
- * to (queueing cells that become pure) and records the id, with its mapping
- * advanced past the received cells, so later symbols are peeled on arrival.
+ * to (queueing cells that become pure) and from the rest of the current
+ * batch, and records the id with its mapping advanced past the batch, so
+ * later batches take it out of symbols as they arrive.
  */
 static int decoder_peel(riblt_decoder *d, size_t ci)
 {
@@ -710,9 +748,14 @@ static int decoder_peel(riblt_decoder *d, size_t ci)
             queue_push(d, (size_t)m.index);
         riblt_mapping_next(&m);
     }
+    uint64_t end = d->adj_base + d->adj_n;
+    while (m.index < end) {
+        cell_apply(&d->adj[m.index - d->adj_base], &c.sum, c.hash, delta);
+        riblt_mapping_next(&m);
+    }
     riblt_id *ids = is_remote ? d->remote_ids : d->local_ids;
     ids[w->n] = c.sum;
-    return window_push(w, &c.sum, c.hash, &m, 1);
+    return window_push(w, &c.sum, c.hash, &m, delta);
 }
 
 int riblt_decoder_decode(riblt_decoder *d)
@@ -725,7 +768,7 @@ int riblt_decoder_decode(riblt_decoder *d)
         return d->error;
     while (d->qlen > 0) {
         size_t ci = d->queue[d->qhead];
-        d->qhead = (d->qhead + 1) % d->max;
+        d->qhead = d->qhead + 1 == d->max ? 0 : d->qhead + 1;
         d->qlen--;
         d->queued[ci] = 0;
         /* Re-check: on adversarial input a queued cell can change again. */
@@ -771,11 +814,13 @@ void riblt_decoder_reset(riblt_decoder *d)
     /* Clear only what may be set: cells that were queued and peeled. */
     while (d->qlen > 0) {
         d->queued[d->queue[d->qhead]] = 0;
-        d->qhead = (d->qhead + 1) % d->max;
+        d->qhead = d->qhead + 1 == d->max ? 0 : d->qhead + 1;
         d->qlen--;
     }
     d->qhead = 0;
     d->ncells = 0;
+    d->adj_base = 0;
+    d->adj_n = 0;
     d->own.n = 0;
     d->remote.n = 0;
     d->local.n = 0;
