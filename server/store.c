@@ -942,6 +942,10 @@ static void do_unlink(store *s, struct stripe *sp, store_item **pp)
  * and APPLY_RETIRED when it is newer but already dead (the held mutation
  * left the set, nothing was linked); in both cases the caller still owns
  * its reference and nothing else changed.
+ *
+ * Both ids are hashed before the set lock, which every write shares, and an
+ * overwrite swaps the old id for the new one in one interleaved sketch walk
+ * (riblt_sketch_replace_hashed) rather than two.
  */
 static int do_store_apply(store *s, struct stripe *sp, store_item *it,
                           const tnow *t)
