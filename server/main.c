@@ -166,6 +166,7 @@ static void relisten_cb(evutil_socket_t fd, short what, void *arg)
     for (size_t i = 0; i < d.nlisteners; i++) {
         evconnlistener_enable(d.listeners[i]);
     }
+    STATS_CONN_SET(accepting_conns, 1);
 }
 
 /* accept() failed (e.g. out of file descriptors): pause accepting briefly
@@ -181,6 +182,7 @@ static void accept_error_cb(struct evconnlistener *l, void *arg)
     if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
         struct timeval pause = {0, 100 * 1000};
         STATS_CONN_ADD(listen_disabled_num, 1);
+        STATS_CONN_SET(accepting_conns, 0);
         evconnlistener_disable(l);
         event_add(d.ev_relisten, &pause);
     }
@@ -527,6 +529,7 @@ static void start(void)
         listen_tcp();
     }
     repl_run();
+    STATS_CONN_SET(accepting_conns, 1);
 
     struct timeval one = {1, 0};
     d.ev_term = evsignal_new(d.base, SIGTERM, signal_cb, NULL);

@@ -215,7 +215,7 @@ static void emit_general(stats_emit_fn emit, void *arg)
     emit_u64(emit, arg, "bytes_read", t.bytes_read);
     emit_u64(emit, arg, "bytes_written", t.bytes_written);
     emit_u64(emit, arg, "limit_maxbytes", reg.opts ? reg.opts->maxbytes : 0);
-    emit_u64(emit, arg, "accepting_conns", 1);
+    emit_u64(emit, arg, "accepting_conns", STATS_CONN_GET(accepting_conns));
     emit_u64(emit, arg, "listen_disabled_num",
              STATS_CONN_GET(listen_disabled_num));
     emit_u64(emit, arg, "threads", worker_count());

@@ -21,6 +21,7 @@ typedef struct stats_conns {
     uint64_t rejected_connections;
     uint64_t connection_structures;
     uint64_t listen_disabled_num;
+    uint64_t accepting_conns; /* gauge: 1 while the listeners accept */
 } stats_conns;
 
 extern stats_conns stats_conn_counters;
@@ -31,6 +32,9 @@ extern stats_conns stats_conn_counters;
 #define STATS_CONN_SUB(name, n)                                               \
     __atomic_fetch_sub(&stats_conn_counters.name, (uint64_t)(n),              \
                        __ATOMIC_RELAXED)
+#define STATS_CONN_SET(name, v)                                               \
+    __atomic_store_n(&stats_conn_counters.name, (uint64_t)(v),                \
+                     __ATOMIC_RELAXED)
 #define STATS_CONN_GET(name)                                                  \
     __atomic_load_n(&stats_conn_counters.name, __ATOMIC_RELAXED)
 

@@ -8,6 +8,7 @@ directory), waits until it answers, and stops it with SIGTERM.
 
 import argparse
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -87,8 +88,9 @@ class Server:
     """One ribltcached process. Use as a context manager."""
 
     def __init__(self, args=(), unix=False, ready="version",
-                 listen="127.0.0.1"):
+                 listen="127.0.0.1", nofile=None):
         self.args = list(args)
+        self.nofile = nofile  # RLIMIT_NOFILE for the server, if given
         self.listen = listen
         self.unix = unix
         self.ready = ready
@@ -111,10 +113,16 @@ class Server:
             else:
                 self.port = free_port()
                 argv += ["-l", self.listen, "-p", str(self.port)]
+            limit = None
+            if self.nofile is not None:
+                n = self.nofile
+
+                def limit():
+                    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
             with open(self.stderr_path, "wb") as err:
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL,
-                                             stderr=err)
+                                             stderr=err, preexec_fn=limit)
             if self._wait_ready():
                 return self
             last = self.stderr()

@@ -2,6 +2,7 @@
 pidfile, unix socket, shutdown command, stats listings."""
 
 import os
+import select
 import signal
 import socket
 import stat
@@ -88,6 +89,51 @@ class ConnectionLimit(unittest.TestCase):
             self.assertTrue(wait_for(reconnect, timeout=10))
             b.close()
             watch.close()
+
+
+class OutOfDescriptors(unittest.TestCase):
+    def test_accept_pauses_and_recovers(self):
+        total = 100
+        with Server(["-t", "1"], nofile=48) as srv:
+            socks = [srv.connect() for _ in range(total)]
+            for s in socks:
+                s.sendall(b"version\r\n")
+            answered = set()
+            probe = None
+
+            def collect(timeout):
+                r, _, _ = select.select(
+                    [s for s in socks if s not in answered], [], [],
+                    timeout)
+                for s in r:
+                    s.settimeout(5)
+                    if recv_until(s, b"\r\n").startswith(b"VERSION "):
+                        answered.add(s)
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                collect(0.2)
+            # The descriptors ran out: some are served, the rest wait in
+            # the backlog while accepting pauses.
+            self.assertGreater(len(answered), 0)
+            self.assertLess(len(answered), total)
+            probe = next(iter(answered))
+            probe.sendall(b"stats\r\n")
+            st = harness.parse_stats(recv_until(probe, b"END\r\n"))
+            self.assertGreaterEqual(int(st["listen_disabled_num"]), 1)
+            # Hanging up frees descriptors; every waiting client is served.
+            deadline = time.monotonic() + 30
+            closed = set()
+            while len(answered) < total and time.monotonic() < deadline:
+                for s in answered - closed:
+                    s.close()
+                    closed.add(s)
+                collect(0.2)
+            self.assertEqual(len(answered), total)
+            for s in socks:
+                s.close()
+            self.assertTrue(srv.request(b"version\r\n").startswith(
+                b"VERSION "))
+            self.assertEqual(srv.stats()["accepting_conns"], "1")
 
 
 class IdleTimeout(unittest.TestCase):
@@ -344,6 +390,7 @@ class Stats(unittest.TestCase):
         self.assertEqual(st["limit_maxbytes"], str(16 << 20))
         self.assertEqual(st["pid"], str(srv.pid))
         self.assertEqual(st["pointer_size"], "64")
+        self.assertEqual(st["accepting_conns"], "1")
         self.assertRegex(st["rusage_user"], r"^\d+\.\d{6}$")
 
     def test_counters_sum_over_threads(self):
