@@ -130,6 +130,8 @@ struct conn {
     riblt_symbol *snap;
     int64_t snap_size;
     riblt_encoder *enc; /* the stream beyond the sketch */
+    bool read_paused;   /* output over OUT_HIGH_WATER: not reading */
+    bool closing;       /* close once the output is sent */
     /* responder: when the peer's current round began (0 = none) */
     uint64_t serving_since_ns;
     /* responder: a bulk transfer in progress */
@@ -387,6 +389,8 @@ static struct conn *conn_new(struct repl *r, evutil_socket_t fd, bool outgoing)
         return NULL;
     }
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
+    /* on_write runs whenever the output drains to 1 MiB or less. */
+    bufferevent_setwatermark(c->bev, EV_WRITE, BULK_LOW_WATER, 0);
     struct timeval tv = {HANDSHAKE_TIMEOUT_S, 0};
     bufferevent_set_timeouts(c->bev, &tv, NULL);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
@@ -707,7 +711,6 @@ static int serve_bulk(struct conn *c)
     c->bulk_n = iv.n;
     c->bulk_pos = 0;
     PST_ADD(&c->r->st, served_bulk, 1);
-    bufferevent_setwatermark(c->bev, EV_WRITE, BULK_LOW_WATER, 0);
     bulk_continue(c);
     return 0;
 }
@@ -1026,7 +1029,10 @@ static void conn_ready(struct conn *c)
     }
 }
 
-/* Handshake frames; returns -1 to drop the connection. */
+/*
+ * Handshake frames. Returns 0 to go on, -1 to drop the connection as a
+ * failed authentication, 1 to drop it quietly (we dialled ourselves).
+ */
 static int handshake(struct conn *c, const repl_frame *f)
 {
     struct repl *r = c->r;
@@ -1036,10 +1042,18 @@ static int handshake(struct conn *c, const repl_frame *f)
             return -1;
         uint32_t node = repl_wire_get_u32(f->payload);
         if (node == r->o.node_id) {
-            /* Our own address in the peer list: never dial it again. */
-            if (c->peer)
+            /*
+             * Our own address in the peer list. The dialling side learns
+             * it from the CHALLENGE carrying its own id and never dials
+             * that entry again; neither side counts it as a failure.
+             */
+            if (c->outgoing) {
                 c->peer->self = true;
-            return -1;
+                return 1;
+            }
+            send_hello(c, REPL_MSG_CHALLENGE, c->auth.client_nonce);
+            c->closing = true;
+            return 0;
         }
         if (c->outgoing) {
             c->auth.server_node = node;
@@ -1083,7 +1097,17 @@ static void on_read(struct bufferevent *bev, void *arg)
     struct conn *c = arg;
     struct repl *r = c->r;
     struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer *out = bufferevent_get_output(bev);
     for (;;) {
+        /*
+         * A peer that sends requests but does not read the answers stops
+         * being read (TCP pushes back on it) until its output drains.
+         */
+        if (evbuffer_get_length(out) > OUT_HIGH_WATER) {
+            bufferevent_disable(bev, EV_READ);
+            c->read_paused = true;
+            return;
+        }
         size_t avail = evbuffer_get_length(in);
         if (avail < REPL_WIRE_HEADER)
             return;
@@ -1116,7 +1140,7 @@ static void on_read(struct bufferevent *bev, void *arg)
         int hr;
         if (c->state != C_READY) {
             hr = handshake(c, &f);
-            if (hr != 0)
+            if (hr < 0)
                 count_auth_failure(c);
         } else {
             hr = c->outgoing ? on_reply(c, &f) : serve(c, &f);
@@ -1128,15 +1152,33 @@ static void on_read(struct bufferevent *bev, void *arg)
             conn_free(c);
             return;
         }
+        if (c->closing) {
+            /* Nothing more is read; on_write closes once it is sent. */
+            struct timeval tv = {HANDSHAKE_TIMEOUT_S, 0};
+            bufferevent_disable(bev, EV_READ);
+            bufferevent_set_timeouts(bev, NULL, &tv);
+            return;
+        }
     }
 }
 
+/* Called when the output drains below the write low watermark. */
 static void on_write(struct bufferevent *bev, void *arg)
 {
     struct conn *c = arg;
-    (void)bev;
+    if (c->closing) {
+        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+            conn_free(c);
+        return;
+    }
     if (c->bulk_ids)
         bulk_continue(c);
+    if (c->read_paused && evbuffer_get_length(bufferevent_get_output(bev)) <=
+                              OUT_HIGH_WATER / 2) {
+        c->read_paused = false;
+        bufferevent_enable(bev, EV_READ);
+        on_read(bev, c); /* frames may be waiting in the input already */
+    }
 }
 
 static void on_event(struct bufferevent *bev, short what, void *arg)

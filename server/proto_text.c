@@ -998,8 +998,10 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
             m->q = true;
             break;
         case 'F':
-            if (!parse_u32(t->s + 1, t->n - 1, &m->F))
+            if (!parse_u32(t->s + 1, t->n - 1, &m->F)) {
+                *err = "CLIENT_ERROR bad command line format";
                 bad = true;
+            }
             break;
         case 'C':
             if (!parse_u64(t->s + 1, t->n - 1, &m->C)) {
@@ -1034,6 +1036,9 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
             return -1;
         }
     }
+    /* Every failure above names its error; keep that true for new ones. */
+    if (bad && *err == NULL)
+        *err = "CLIENT_ERROR bad command line format";
     return bad ? -1 : 0;
 }
 

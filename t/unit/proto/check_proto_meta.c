@@ -281,6 +281,11 @@ START_TEST(test_mg_errors)
     EXPECT("mg a s s s s s s s s s s s s s s s s s s s\r\n",
            "CLIENT_ERROR options flags are too long\r\n");
     EXPECT("mg a\x01 v\r\n", "CLIENT_ERROR bad command line format\r\n");
+    /* regression: a bad F number used to answer with no error text */
+    EXPECT("mg a F\r\n", "CLIENT_ERROR bad command line format\r\n");
+    EXPECT("mg a Fx\r\n", "CLIENT_ERROR bad command line format\r\n");
+    EXPECT("mg a F99999999999\r\n",
+           "CLIENT_ERROR bad command line format\r\n");
     char req[600];
     memset(req, 0, sizeof(req));
     memcpy(req, "mg ", 3);
