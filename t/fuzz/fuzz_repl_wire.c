@@ -143,6 +143,7 @@ static size_t batch(uint8_t *p, size_t cap)
         m[i].version.ticks = FUZZ_T0_NS + (uint64_t)i;
         m[i].version.node = 2;
         m[i].flags = (uint32_t)i;
+        m[i].cas = 0x5eed0000ULL + (uint64_t)i + 1;
     }
     m[0].kind = STORE_KIND_VALUE;
     m[0].key = "alpha";
