@@ -45,6 +45,7 @@
 #define HANDSHAKE_TIMEOUT_S 5
 #define BACKOFF_MAX_MS 2000
 #define DECODER_FIRST 8192
+#define ENCODER_SPARES 2 /* encoders kept for the next rounds */
 
 /* MUTATIONS frame flags. */
 #define MUT_FINAL 1 /* last frame answering a FETCH or a bulk request */
@@ -161,6 +162,7 @@ struct round {
 };
 
 struct peer {
+    struct repl *r;
     char name[128]; /* host:port as configured */
     struct sockaddr_storage addr;
     socklen_t addrlen;
@@ -194,6 +196,9 @@ struct repl {
     pthread_mutex_t qlock;
     store_item **queue;
     size_t qhead, qlen, qcap;
+    /* encoders kept between rounds: their memory is already mapped */
+    riblt_encoder *spare[ENCODER_SPARES];
+    int nspare;
     /* scratch for building one frame */
     uint8_t *scratch;
     size_t scratch_cap;
@@ -303,6 +308,7 @@ static int peers_parse(struct repl *r, const char *list, char *err,
             return REPL_ERR_CONFIG;
         }
         struct peer *peer = &r->peers[r->npeers];
+        peer->r = r;
         int rc = peer_parse(peer, p, (size_t)(e - p), err, nerr);
         if (rc != REPL_OK)
             return rc;
@@ -315,6 +321,7 @@ static int peers_parse(struct repl *r, const char *list, char *err,
 /* ======================================================== connections */
 
 static void conn_free(struct conn *c);
+static void encoder_put(struct repl *r, riblt_encoder *enc);
 static void round_fail(struct peer *p, const char *why);
 static void on_read(struct bufferevent *bev, void *arg);
 static void on_write(struct bufferevent *bev, void *arg);
@@ -423,7 +430,7 @@ static void conn_free(struct conn *c)
     }
     bufferevent_free(c->bev);
     free(c->snap);
-    riblt_encoder_destroy(c->enc);
+    encoder_put(r, c->enc);
     free(c->bulk_ids);
     free(c);
 }
@@ -573,28 +580,69 @@ static void idvec_push(void *arg, const riblt_id *id)
     iv->v[iv->n++] = *id;
 }
 
+struct tailvec {
+    riblt_encoder *enc;
+    uint64_t base;
+    bool failed;
+};
+
+static void add_tail(void *arg, const riblt_id *id, const riblt_tail *tail)
+{
+    struct tailvec *tv = arg;
+    uint64_t h = riblt_hash(id);
+    int rc = tail->steps && tail->index >= tv->base
+                 ? riblt_encoder_add_tail(tv->enc, id, h, tail, tv->base)
+                 : riblt_encoder_add(tv->enc, id);
+    if (rc != RIBLT_OK)
+        tv->failed = true;
+}
+
 /*
- * Builds an encoder over the current journal, positioned at offset. The
- * journal may have moved since the sketch snapshot; a round that mixes the
- * two fails to decode and the next round retries.
+ * Builds an encoder over the current journal, positioned at offset. Each
+ * id starts where the store's sketch walk left its mapping, so nothing
+ * below the sketch is walked again. The journal may have moved since the
+ * sketch snapshot; a round that mixes the two fails to decode and the next
+ * round retries.
  */
+/*
+ * Returns an encoder to the spares (emptied) or frees it. Fresh memory is
+ * expensive to fault in at a million ids, so a couple of encoders are kept
+ * for the next rounds.
+ */
+static void encoder_put(struct repl *r, riblt_encoder *enc)
+{
+    if (!enc)
+        return;
+    if (r->nspare < ENCODER_SPARES) {
+        riblt_encoder_reset(enc);
+        r->spare[r->nspare++] = enc;
+        return;
+    }
+    riblt_encoder_destroy(enc);
+}
+
+static riblt_encoder *encoder_get(struct repl *r, size_t cap)
+{
+    if (r->nspare > 0)
+        return r->spare[--r->nspare];
+    return riblt_encoder_create(cap);
+}
+
 static riblt_encoder *encoder_from_journal(struct repl *r, uint64_t offset)
 {
-    struct idvec iv = {0};
-    store_journal_ids(r->s, idvec_push, &iv);
-    if (iv.failed) {
-        free(iv.v);
+    int64_t size = 0;
+    store_sketch_read(r->s, 0, NULL, 0, &size);
+    struct tailvec tv = {encoder_get(r, size > 0 ? (size_t)size : 0), r->S,
+                         false};
+    if (!tv.enc)
+        return NULL;
+    store_journal_tails(r->s, add_tail, &tv);
+    if (tv.failed || riblt_encoder_seek(tv.enc, offset) != RIBLT_OK) {
+        encoder_put(r, tv.enc);
         return NULL;
     }
-    riblt_encoder *enc = riblt_encoder_create(iv.n);
-    if (enc) {
-        for (size_t i = 0; i < iv.n; i++)
-            riblt_encoder_add(enc, &iv.v[i]);
-        riblt_encoder_seek(enc, offset);
-    }
-    free(iv.v);
     PST_ADD(&r->st, encoder_builds, 1);
-    return enc;
+    return tv.enc;
 }
 
 /*
@@ -638,7 +686,7 @@ static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
         if (!c->snap && !(c->snap = malloc(r->S * sizeof(riblt_symbol))))
             return -1;
         store_sketch_read(r->s, 0, c->snap, r->S, &c->snap_size);
-        riblt_encoder_destroy(c->enc);
+        encoder_put(r, c->enc);
         c->enc = NULL;
         c->serving_since_ns = now_ns();
     }
@@ -754,14 +802,15 @@ static bool peer_serving(struct repl *r, const struct peer *p, uint64_t now)
 
 /* ========================================================== initiator */
 
-static void round_reset(struct round *rd)
+static void round_reset(struct peer *p)
 {
+    struct round *rd = &p->round;
     rd->active = false;
     rd->bulk = false;
     rd->ndiffs = 0;
     rd->nwanted = 0;
     rd->fetch_frames = 0;
-    riblt_encoder_destroy(rd->own_enc);
+    encoder_put(p->r, rd->own_enc);
     rd->own_enc = NULL;
     if (rd->dec)
         riblt_decoder_reset(rd->dec);
@@ -771,7 +820,7 @@ static void round_fail(struct peer *p, const char *why)
 {
     (void)why;
     PST_ADD(&p->st, rounds_failed, 1);
-    round_reset(&p->round);
+    round_reset(p);
 }
 
 static void round_done(struct peer *p)
@@ -781,7 +830,7 @@ static void round_done(struct peer *p)
     PST_SET(&p->st, last_success, wall_s());
     PST_SET(&p->st, last_round_symbols, rd->ndiffs);
     PST_SET(&p->st, last_round_us, (now_ns() - rd->started_ns) / 1000);
-    round_reset(rd);
+    round_reset(p);
     if (p->conn)
         conn_send(p->conn, REPL_MSG_DONE, 0);
 }
@@ -801,7 +850,7 @@ static void round_start(struct repl *r, struct peer *p)
     struct round *rd = &p->round;
     if (!rd->own && !(rd->own = malloc(r->S * sizeof(riblt_symbol))))
         return;
-    round_reset(rd);
+    round_reset(p);
     store_sketch_read(r->s, 0, rd->own, r->S, &rd->own_size);
     rd->active = true;
     rd->started_ns = now_ns();
@@ -1514,7 +1563,7 @@ void repl_destroy(repl *r)
         struct peer *p = &r->peers[i];
         if (p->conn)
             conn_free(p->conn);
-        round_reset(&p->round);
+        round_reset(p);
         free(p->round.own);
         free(p->round.diffs);
         free(p->round.wanted);
@@ -1522,6 +1571,8 @@ void repl_destroy(repl *r)
     }
     while (r->incoming)
         conn_free(r->incoming);
+    while (r->nspare > 0)
+        riblt_encoder_destroy(r->spare[--r->nspare]);
     for (size_t i = 0; i < r->qlen; i++)
         store_item_release(r->queue[(r->qhead + i) % r->qcap]);
     if (r->lis)

@@ -437,6 +437,7 @@ struct riblt_encoder {
     uint64_t pos;    /* index of the next symbol to produce */
     bool started;    /* produce or seek called since the last reset */
     bool heap_stale; /* a walk or seek moved the mappings: rebuild the heap */
+    uint64_t floor;  /* entries added at a tail are valid from here on */
 };
 
 riblt_encoder *riblt_encoder_create(size_t capacity_hint)
@@ -482,6 +483,26 @@ int riblt_encoder_remove(riblt_encoder *enc, const riblt_id *id)
     return encoder_put(enc, id, -1);
 }
 
+int riblt_encoder_add_tail(riblt_encoder *enc, const riblt_id *id,
+                           uint64_t hash, const riblt_tail *tail,
+                           uint64_t base)
+{
+    if (!enc || !id || !tail || tail->index < base)
+        return RIBLT_ERR_INVAL;
+    if (enc->started)
+        return RIBLT_ERR_ORDER;
+    /* The PRNG state after `steps` steps: one multiply per step. */
+    riblt_mapping m;
+    riblt_mapping_init(&m, hash);
+    for (uint32_t i = 0; i < tail->steps; i++)
+        m.state *= 0xda942042e4dd58b5ULL;
+    m.index = tail->index;
+    if (base > enc->floor)
+        enc->floor = base;
+    enc->heap_stale = true;
+    return window_push(&enc->w, id, hash, &m, 1);
+}
+
 size_t riblt_encoder_size(const riblt_encoder *enc)
 {
     return enc ? enc->w.n : 0;
@@ -491,9 +512,13 @@ int riblt_encoder_seek(riblt_encoder *enc, uint64_t offset)
 {
     if (!enc)
         return RIBLT_ERR_INVAL;
-    if (offset != enc->pos) {
-        window_seek(&enc->w, offset, offset < enc->pos);
+    /* Below the floor the tail entries miss cells: restart them all. */
+    bool restart = offset < enc->pos || offset < enc->floor;
+    if (offset != enc->pos || restart) {
+        window_seek(&enc->w, offset, restart);
         enc->heap_stale = true;
+        if (restart)
+            enc->floor = 0;
     }
     enc->pos = offset;
     enc->started = true;
@@ -522,6 +547,8 @@ int riblt_encoder_produce(riblt_encoder *enc, riblt_symbol *out, size_t n)
         return RIBLT_ERR_INVAL;
     if (n > UINT64_MAX - enc->pos)
         return RIBLT_ERR_INVAL;
+    if (enc->pos < enc->floor)
+        riblt_encoder_seek(enc, enc->pos);
     enc->started = true;
     memset(out, 0, n * sizeof(*out));
     if (n >= ENCODER_BATCH_MIN &&
@@ -550,6 +577,7 @@ void riblt_encoder_reset(riblt_encoder *enc)
     enc->pos = 0;
     enc->started = false;
     enc->heap_stale = false;
+    enc->floor = 0;
 }
 
 /* ============================================================ decoder */
@@ -876,12 +904,18 @@ static inline double mapping_step(uint64_t *state, double idx)
 }
 
 static inline void sketch_walk(riblt_sketch *sk, const riblt_id *id,
-                               uint64_t hash, int64_t delta)
+                               uint64_t hash, int64_t delta, riblt_tail *tail)
 {
     uint64_t state = hash ? hash : MAPPING_ZERO_STATE;
-    double end = (double)sk->n;
-    for (double idx = 0; idx < end; idx = mapping_step(&state, idx))
+    double end = (double)sk->n, idx = 0;
+    uint32_t steps = 0;
+    for (; idx < end; idx = mapping_step(&state, idx), steps++)
         cell_apply(&sk->cells[(size_t)idx], id, hash, delta);
+    if (tail) {
+        /* Exact: a step from below 2^24 cannot pass 2^53. */
+        tail->index = (uint64_t)idx;
+        tail->steps = steps;
+    }
 }
 
 /*
@@ -890,50 +924,69 @@ static inline void sketch_walk(riblt_sketch *sk, const riblt_id *id,
  */
 static void sketch_walk2(riblt_sketch *sk, const riblt_id *a, uint64_t ha,
                          int64_t da, const riblt_id *b, uint64_t hb,
-                         int64_t db)
+                         int64_t db, riblt_tail *btail)
 {
     uint64_t sa = ha ? ha : MAPPING_ZERO_STATE;
     uint64_t sb = hb ? hb : MAPPING_ZERO_STATE;
     double end = (double)sk->n, ia = 0, ib = 0;
+    uint32_t bsteps = 0;
     while (ia < end && ib < end) {
         cell_apply(&sk->cells[(size_t)ia], a, ha, da);
         cell_apply(&sk->cells[(size_t)ib], b, hb, db);
         ia = mapping_step(&sa, ia);
         ib = mapping_step(&sb, ib);
+        bsteps++;
     }
     for (; ia < end; ia = mapping_step(&sa, ia))
         cell_apply(&sk->cells[(size_t)ia], a, ha, da);
-    for (; ib < end; ib = mapping_step(&sb, ib))
+    for (; ib < end; ib = mapping_step(&sb, ib), bsteps++)
         cell_apply(&sk->cells[(size_t)ib], b, hb, db);
+    if (btail) {
+        btail->index = (uint64_t)ib;
+        btail->steps = bsteps;
+    }
 }
 
 void riblt_sketch_replace_hashed(riblt_sketch *sk, const riblt_id *old_id,
                                  uint64_t old_hash, const riblt_id *new_id,
                                  uint64_t new_hash)
 {
-    sketch_walk2(sk, old_id, old_hash, -1, new_id, new_hash, 1);
+    sketch_walk2(sk, old_id, old_hash, -1, new_id, new_hash, 1, NULL);
+}
+
+void riblt_sketch_replace_tail(riblt_sketch *sk, const riblt_id *old_id,
+                               uint64_t old_hash, const riblt_id *new_id,
+                               uint64_t new_hash, riblt_tail *new_tail)
+{
+    sketch_walk2(sk, old_id, old_hash, -1, new_id, new_hash, 1, new_tail);
+}
+
+void riblt_sketch_add_tail(riblt_sketch *sk, const riblt_id *id, uint64_t hash,
+                           riblt_tail *tail)
+{
+    sketch_walk(sk, id, hash, 1, tail);
 }
 
 void riblt_sketch_add_hashed(riblt_sketch *sk, const riblt_id *id,
                              uint64_t hash)
 {
-    sketch_walk(sk, id, hash, 1);
+    sketch_walk(sk, id, hash, 1, NULL);
 }
 
 void riblt_sketch_remove_hashed(riblt_sketch *sk, const riblt_id *id,
                                 uint64_t hash)
 {
-    sketch_walk(sk, id, hash, -1);
+    sketch_walk(sk, id, hash, -1, NULL);
 }
 
 void riblt_sketch_add(riblt_sketch *sk, const riblt_id *id)
 {
-    sketch_walk(sk, id, riblt_hash(id), 1);
+    sketch_walk(sk, id, riblt_hash(id), 1, NULL);
 }
 
 void riblt_sketch_remove(riblt_sketch *sk, const riblt_id *id)
 {
-    sketch_walk(sk, id, riblt_hash(id), -1);
+    sketch_walk(sk, id, riblt_hash(id), -1, NULL);
 }
 
 int riblt_sketch_read(const riblt_sketch *sk, size_t offset, riblt_symbol *out,

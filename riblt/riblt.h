@@ -149,6 +149,29 @@ int riblt_encoder_seek(riblt_encoder *enc, uint64_t offset);
 /* Index of the next symbol riblt_encoder_produce will write. */
 uint64_t riblt_encoder_position(const riblt_encoder *enc);
 
+/*
+ * Where an id's mapping leaves a sketch of S symbols: its first index >= S
+ * and the number of mapping steps taken to get there (the PRNG state is
+ * the initial one advanced that many times). Recorded by
+ * riblt_sketch_add_tail / riblt_sketch_replace_tail, so that an encoder
+ * for the stream beyond the sketch can start each id there
+ * (riblt_encoder_add_tail) instead of walking its mapping again.
+ */
+typedef struct riblt_tail {
+    uint64_t index;
+    uint32_t steps;
+} riblt_tail;
+
+/*
+ * Adds an id whose mapping stands at tail (recorded by a sketch of `base`
+ * symbols; tail->index >= base). Producing or seeking below base restarts
+ * every mapping from its beginning, which is correct but slow: callers
+ * seek to base or beyond first. Same call-order rules as riblt_encoder_add.
+ */
+int riblt_encoder_add_tail(riblt_encoder *enc, const riblt_id *id,
+                           uint64_t hash, const riblt_tail *tail,
+                           uint64_t base);
+
 /* Writes the next n coded symbols of the stream to out. */
 int riblt_encoder_produce(riblt_encoder *enc, riblt_symbol *out, size_t n);
 
@@ -246,6 +269,14 @@ void riblt_sketch_remove_hashed(riblt_sketch *sk, const riblt_id *id,
 void riblt_sketch_replace_hashed(riblt_sketch *sk, const riblt_id *old_id,
                                  uint64_t old_hash, const riblt_id *new_id,
                                  uint64_t new_hash);
+
+/* Same as riblt_sketch_add_hashed / _replace_hashed, recording the new
+ * id's tail (see riblt_tail). */
+void riblt_sketch_add_tail(riblt_sketch *sk, const riblt_id *id, uint64_t hash,
+                           riblt_tail *tail);
+void riblt_sketch_replace_tail(riblt_sketch *sk, const riblt_id *old_id,
+                               uint64_t old_hash, const riblt_id *new_id,
+                               uint64_t new_hash, riblt_tail *new_tail);
 
 /*
  * Copies n symbols starting at offset into out. RIBLT_ERR_INVAL when the

@@ -191,12 +191,29 @@ struct store_item {
     struct store *st;
     store_item *jnext;         /* journal chain; set lock */
     store_item *lprev, *lnext; /* LRU list; LRU lock */
-    char data[];               /* key, then value */
+    /* third line, read only when the replication builds an encoder */
+    uint64_t tail; /* where the id's mapping leaves the sketch: index << 8
+                      | steps (riblt_tail); 0 = not recorded */
+    char data[];   /* key, then value */
 };
 
 _Static_assert(offsetof(struct store_item, prev_atime) + 4 <= 64,
                "lookup fields fit the first cache line");
-_Static_assert(sizeof(struct store_item) <= 128, "header fits two lines");
+_Static_assert(offsetof(struct store_item, tail) == 128,
+               "everything but the encoder's tail fits two lines");
+
+/*
+ * Packs a riblt_tail into one word: index << 8 | steps. Tails that do not
+ * fit (an index of 2^56 or more, more than 255 steps: neither happens with
+ * sketches of sane size) are not recorded (0), and the encoder then walks
+ * that id from the beginning.
+ */
+static uint64_t tail_pack(const riblt_tail *t)
+{
+    if (t->index >= ((uint64_t)1 << 56) || t->steps == 0 || t->steps > 255)
+        return 0;
+    return t->index << 8 | t->steps;
+}
 
 /* ============================================================== store */
 
@@ -971,10 +988,12 @@ static int do_store_apply(store *s, struct stripe *sp, store_item *it,
     }
     bool swapped = cur != NULL && journal_unlink(s, cur);
     journal_link(s, it);
+    riblt_tail tail;
     if (swapped)
-        riblt_sketch_replace_hashed(s->sketch, &cur->id, oh, &it->id, nh);
+        riblt_sketch_replace_tail(s->sketch, &cur->id, oh, &it->id, nh, &tail);
     else
-        riblt_sketch_add_hashed(s->sketch, &it->id, nh);
+        riblt_sketch_add_tail(s->sketch, &it->id, nh, &tail);
+    it->tail = tail_pack(&tail);
     pthread_mutex_unlock(&s->set_lock);
 
     if (cur != NULL) {
@@ -1847,6 +1866,38 @@ int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
         *set_size = riblt_sketch_count(s->sketch);
     pthread_mutex_unlock(&s->set_lock);
     return r == RIBLT_OK ? STORE_OK : STORE_ERR_INVAL;
+}
+
+/*
+ * Snapshot of the journal's ids with their tails (see store_journal_tails),
+ * taken under the set lock, then handed to fn with no lock held.
+ */
+size_t store_journal_tails(store *s, store_tail_fn fn, void *arg)
+{
+    struct {
+        riblt_id id;
+        uint64_t tail;
+    } * v;
+    size_t n = 0;
+
+    if (s == NULL || fn == NULL)
+        return 0;
+    pthread_mutex_lock(&s->set_lock);
+    v = malloc((s->jcount ? s->jcount : 1) * sizeof(*v));
+    if (v != NULL) {
+        for (uint64_t b = 0; b <= s->jmask; b++)
+            for (store_item *it = s->jbuckets[b]; it; it = it->jnext) {
+                v[n].id = it->id;
+                v[n++].tail = it->tail;
+            }
+    }
+    pthread_mutex_unlock(&s->set_lock);
+    for (size_t i = 0; i < n; i++) {
+        riblt_tail t = {v[i].tail >> 8, (uint32_t)(v[i].tail & 0xff)};
+        fn(arg, &v[i].id, &t);
+    }
+    free(v);
+    return n;
 }
 
 /*

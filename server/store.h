@@ -295,6 +295,17 @@ int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
 typedef void (*store_id_fn)(void *arg, const riblt_id *id);
 size_t store_journal_ids(store *s, store_id_fn fn, void *arg);
 
+/*
+ * Like store_journal_ids, also giving where each id's mapping leaves the
+ * sketch (riblt_tail; steps 0 = not recorded, start that id from its
+ * beginning), so an encoder for the stream beyond the sketch can be built
+ * without walking every mapping again (riblt_encoder_add_tail with base =
+ * store_sketch_symbols()).
+ */
+typedef void (*store_tail_fn)(void *arg, const riblt_id *id,
+                              const riblt_tail *tail);
+size_t store_journal_tails(store *s, store_tail_fn fn, void *arg);
+
 /* ------------------------------------------------------- maintenance */
 
 /*

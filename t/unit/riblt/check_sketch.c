@@ -78,6 +78,59 @@ START_TEST(test_replace_equals_remove_then_add)
 }
 END_TEST
 
+/*
+ * An encoder started from the tails a sketch recorded continues the
+ * stream exactly where the sketch ends, and from 0 it restarts correctly.
+ */
+START_TEST(test_tails_continue_the_stream)
+{
+    enum { S = 1024, N = 3000, L = 2000 };
+    uint64_t seed = 77;
+    riblt_sketch *sk = riblt_sketch_create(S);
+    riblt_encoder *full = riblt_encoder_create(N);
+    riblt_encoder *tails = riblt_encoder_create(N);
+    riblt_id prev = tu_id(&seed);
+    for (int i = 0; i < N; i++) {
+        riblt_id id = tu_id(&seed);
+        riblt_tail t;
+        if (i % 2) {
+            riblt_sketch_add_tail(sk, &id, riblt_hash(&id), &t);
+        } else {
+            /* Half of them arrive as the replacement of another id. */
+            riblt_sketch_add(sk, &prev);
+            riblt_sketch_replace_tail(sk, &prev, riblt_hash(&prev), &id,
+                                      riblt_hash(&id), &t);
+        }
+        TU_REQUIRE(t.index >= S);
+        riblt_encoder_add(full, &id);
+        TU_REQUIRE(riblt_encoder_add_tail(tails, &id, riblt_hash(&id), &t,
+                                          S) == RIBLT_OK);
+    }
+    riblt_symbol *ref = malloc((S + L) * sizeof(*ref));
+    riblt_symbol *got = malloc((S + L) * sizeof(*got));
+    riblt_encoder_produce(full, ref, S + L);
+    ck_assert_int_eq(memcmp(ref, riblt_sketch_cells(sk), S * sizeof(*ref)), 0);
+    ck_assert_int_eq(riblt_encoder_seek(tails, S), RIBLT_OK);
+    ck_assert_int_eq(riblt_encoder_produce(tails, got, L), RIBLT_OK);
+    ck_assert_int_eq(memcmp(got, ref + S, L * sizeof(*ref)), 0);
+    /* Below the floor: every mapping restarts, the stream is still right. */
+    ck_assert_int_eq(riblt_encoder_seek(tails, 0), RIBLT_OK);
+    ck_assert_int_eq(riblt_encoder_produce(tails, got, S + L), RIBLT_OK);
+    ck_assert_int_eq(memcmp(got, ref, (S + L) * sizeof(*ref)), 0);
+    /* A tail below its base is refused. */
+    riblt_encoder *e = riblt_encoder_create(1);
+    riblt_tail bad = {5, 1};
+    ck_assert_int_eq(riblt_encoder_add_tail(e, &prev, 1, &bad, S),
+                     RIBLT_ERR_INVAL);
+    riblt_encoder_destroy(e);
+    free(ref);
+    free(got);
+    riblt_sketch_destroy(sk);
+    riblt_encoder_destroy(full);
+    riblt_encoder_destroy(tails);
+}
+END_TEST
+
 /* Builds sketches of A = common + a_only and B = common + b_only. */
 static void two_sketches(size_t s, size_t na, size_t nb, size_t nc,
                          riblt_sketch **a, riblt_sketch **b, riblt_id *a_only,
@@ -172,6 +225,7 @@ static Suite *sketch_suite(void)
     tcase_add_test(tc, test_sketch_equals_encoder_prefix);
     tcase_add_test(tc, test_add_then_remove_is_zero);
     tcase_add_test(tc, test_replace_equals_remove_then_add);
+    tcase_add_test(tc, test_tails_continue_the_stream);
     tcase_add_test(tc, test_subtract_decodes_difference);
     tcase_add_test(tc, test_too_short_sketch);
     tcase_add_test(tc, test_sketch_bounds);
