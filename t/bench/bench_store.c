@@ -44,7 +44,7 @@ static uint64_t xorshift(uint64_t *x)
 
 struct job {
     store *s;
-    char (*keys)[16];
+    char (*keys)[32];
     size_t nkeys;
     const char *value;
     size_t nvalue;
@@ -90,7 +90,7 @@ static void *do_gets(void *arg)
 }
 
 /* Runs fn on nthreads threads; returns operations per second. */
-static double run(void *(*fn)(void *), store *s, char (*keys)[16],
+static double run(void *(*fn)(void *), store *s, char (*keys)[32],
                   size_t nkeys, const char *value, size_t nvalue,
                   unsigned nthreads, unsigned rounds, size_t *hits)
 {
@@ -279,7 +279,7 @@ int main(int argc, char **argv)
         i++;
     }
 
-    char(*keys)[16] = malloc(nkeys * sizeof(*keys));
+    char(*keys)[32] = malloc(nkeys * sizeof(*keys));
     char *value = malloc(nvalue);
     if (keys == NULL || value == NULL) {
         fprintf(stderr, "out of memory\n");
