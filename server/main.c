@@ -490,7 +490,7 @@ static void start(void)
     d.pcfg.shutdown_enabled = d.opts.shutdown_command;
     d.pcfg.cas_enabled = d.opts.cas_enabled;
     d.pcfg.max_line = (size_t)d.opts.max_line;
-    d.pcfg.version = RIBLTCACHE_VERSION;
+    d.pcfg.version = RIBLTCACHE_WIRE_VERSION;
 
     stats_registry_setup(&d.opts, d.store);
     repl_setup();

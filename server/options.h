@@ -21,6 +21,16 @@
 #define RIBLTCACHE_VERSION "0.1.0"
 #endif
 
+/*
+ * What `version` and `stats` report to clients: the memcached release whose
+ * protocol we follow, then our own version. Clients parse the first
+ * number as memcached's major version (libmemcached refuses 0), and some
+ * enable features (meta commands) by it.
+ */
+#define RIBLTCACHE_MEMCACHED_COMPAT "1.6.21"
+#define RIBLTCACHE_WIRE_VERSION                                                \
+    RIBLTCACHE_MEMCACHED_COMPAT "-ribltcache-" RIBLTCACHE_VERSION
+
 /* Error codes of this module. */
 enum options_rc {
     OPTIONS_OK = 0,

@@ -168,7 +168,7 @@ static void emit_general(stats_emit_fn emit, void *arg)
     emit_u64(emit, arg, "pid", (uint64_t)getpid());
     emit_u64(emit, arg, "uptime", (uint64_t)(now - reg.started));
     emit_u64(emit, arg, "time", (uint64_t)now);
-    emit(arg, "version", RIBLTCACHE_VERSION);
+    emit(arg, "version", RIBLTCACHE_WIRE_VERSION);
     emit(arg, "libevent", event_get_version());
     emit_u64(emit, arg, "pointer_size", 8 * sizeof(void *));
     snprintf(buf, sizeof(buf), "%ld.%06ld", (long)ru.ru_utime.tv_sec,
