@@ -135,6 +135,19 @@ class CommandLineTools(unittest.TestCase):
                 # memccat ends what it prints with a newline.
                 self.assertEqual(out.stdout, data + b"\n")
 
+    @unittest.skipIf(shutil.which("memcstat") is None, "memcstat missing")
+    def test_memcstat_accepts_our_version(self):
+        # Regression: libmemcached refuses a major version of 0, so a bare
+        # "VERSION 0.1.0" made memcstat fail before listing anything.
+        with Server() as srv:
+            for binary in ([], ["--binary"]):
+                out = subprocess.run(
+                    ["memcstat", "--servers=" + srv.address()] + binary,
+                    check=True, timeout=30, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT).stdout.decode()
+                self.assertIn("curr_items:", out.replace(" ", ""))
+                self.assertIn("-ribltcache-", out)
+
 
 if __name__ == "__main__":
     harness.main()
