@@ -35,6 +35,7 @@
  * when replication/ is not built. */
 #if defined(__has_include)
 #if __has_include("repl.h")
+#include "registry.h"
 #include "repl.h"
 #define HAVE_REPL 1
 #endif
@@ -66,6 +67,7 @@ typedef struct daemon_state {
     bool pid_written;
 #ifdef HAVE_REPL
     repl *repl;
+    registry_server *registry;
 #endif
 } daemon_state;
 
@@ -293,10 +295,48 @@ static void repl_stats(void *arg, stats_emit_fn emit, void *emit_arg)
     repl_emit_stats(arg, emit, emit_arg);
 }
 
+static void registry_stats(void *arg, stats_emit_fn emit, void *emit_arg)
+{
+    registry_server_emit_stats(arg, emit, emit_arg);
+}
+
+static void timing_from_options(registry_timing *t)
+{
+    registry_timing_default(t);
+    t->heartbeat_ms = (uint32_t)d.opts.heartbeat_ms;
+    t->probe_ms = (uint32_t)d.opts.probe_ms;
+    t->probe_timeout_ms = (uint32_t)d.opts.probe_timeout_ms;
+    t->suspect_timeout_ms = (uint32_t)d.opts.suspect_timeout_ms;
+    t->indirect_probes = (uint32_t)d.opts.indirect_probes;
+}
+
+/* Creates the registry (binds its port) when registry_port is set: inside
+ * a node, or alone when repl_port is 0. */
+static void registry_setup(void)
+{
+    if (d.opts.registry_port == 0) {
+        return;
+    }
+    registry_server_options ro = {
+        .listen = d.opts.registry_listen,
+        .port = (uint16_t)d.opts.registry_port,
+        .secret = d.opts.cluster_secret ? d.opts.cluster_secret : "",
+        .insecure = d.opts.repl_insecure,
+    };
+    char err[512];
+    timing_from_options(&ro.timing);
+    d.registry = registry_server_create(&ro, err, sizeof(err));
+    if (d.registry == NULL) {
+        die(EXIT_STARTUP, "registry: %s", err);
+    }
+    stats_register_group("registry", registry_stats, d.registry);
+}
+
 /* Creates the replication object (binds the peer port) when repl_port is
  * set; exits with a message when the settings are refused. */
 static void repl_setup(void)
 {
+    registry_setup();
     if (d.opts.repl_port == 0) {
         return;
     }
@@ -314,6 +354,8 @@ static void repl_setup(void)
     ro.round_timeout_ms = (uint32_t)d.opts.repl_round_timeout_ms;
     ro.push_queue = (uint32_t)d.opts.repl_push_queue;
     ro.item_size_max = (size_t)d.opts.item_size_max;
+    ro.registries = d.opts.registry ? d.opts.registry : "";
+    timing_from_options(&ro.timing);
     d.repl = repl_create(d.store, &ro, err, sizeof(err));
     if (d.repl == NULL) {
         die(EXIT_STARTUP, "replication: %s", err);
@@ -323,6 +365,9 @@ static void repl_setup(void)
 
 static void repl_run(void)
 {
+    if (d.registry != NULL && registry_server_start(d.registry) != 0) {
+        die(EXIT_STARTUP, "registry: cannot start its thread");
+    }
     if (d.repl != NULL && repl_start(d.repl) != 0) {
         die(EXIT_STARTUP, "replication: cannot start its thread");
     }
@@ -330,9 +375,9 @@ static void repl_run(void)
 #else
 static void repl_setup(void)
 {
-    if (d.opts.repl_port != 0) {
-        die(EXIT_STARTUP, "this build has no replication (repl_port must "
-                          "be 0)");
+    if (d.opts.repl_port != 0 || d.opts.registry_port != 0) {
+        die(EXIT_STARTUP, "this build has no replication (repl_port and "
+                          "registry_port must be 0)");
     }
 }
 
@@ -490,6 +535,7 @@ static void start(void)
     d.pcfg.shutdown_enabled = d.opts.shutdown_command;
     d.pcfg.cas_enabled = d.opts.cas_enabled;
     d.pcfg.max_line = (size_t)d.opts.max_line;
+    d.pcfg.output_max = (size_t)d.opts.output_buffer_max;
     d.pcfg.version = RIBLTCACHE_WIRE_VERSION;
 
     stats_registry_setup(&d.opts, d.store);
@@ -569,6 +615,10 @@ static void stop(void)
     if (d.repl != NULL) {
         repl_destroy(d.repl);
         d.repl = NULL;
+    }
+    if (d.registry != NULL) {
+        registry_server_destroy(d.registry);
+        d.registry = NULL;
     }
 #endif
     stats_registry_teardown();

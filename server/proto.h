@@ -10,7 +10,8 @@
  *   proto_bin.h   the binary protocol (requests start with magic 0x80)
  *
  * The connection layer picks the parser from the first byte a client sends
- * and calls it again whenever more bytes arrive.
+ * and calls it again whenever more bytes arrive, or when `out` drained
+ * after a parser stopped at cfg->output_max with requests still in `in`.
  */
 #ifndef PROTO_H
 #define PROTO_H
@@ -41,6 +42,9 @@ typedef struct proto_config {
     bool shutdown_enabled; /* -A enables shutdown */
     bool cas_enabled;      /* -C disables cas */
     size_t max_line;       /* longest text request line accepted */
+    size_t output_max;     /* stop taking requests while `out` holds more
+                              (0 = no limit); the caller runs the parser
+                              again once it has drained */
     const char *version;   /* the version string */
 } proto_config;
 
@@ -52,11 +56,11 @@ typedef struct proto_config {
 typedef struct proto_ctx {
     store *store;
     const proto_config *cfg;
-    stats_thread *stats;   /* this worker thread's counters */
-    int verbose;           /* -v level */
-    bool authenticated;    /* SASL done, or not required */
-    void *text;            /* proto_text's private state */
-    void *bin;             /* proto_bin's private state */
+    stats_thread *stats; /* this worker thread's counters */
+    int verbose;         /* -v level */
+    bool authenticated;  /* SASL done, or not required */
+    void *text;          /* proto_text's private state */
+    void *bin;           /* proto_bin's private state */
 } proto_ctx;
 
 /* Frees the parsers' private state (not the ctx itself). */

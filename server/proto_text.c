@@ -1790,6 +1790,14 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
             continue;
         }
         const char *p = v.base + v.off;
+        /*
+         * Between requests: a client that pipelines more than it reads
+         * waits here (its requests stay in `in`), so memory follows the
+         * replies it takes, not the requests it sends.
+         */
+        if (!st->swallow && !st->skip_line && ctx->cfg->output_max &&
+            evbuffer_get_length(out) + o.n > ctx->cfg->output_max)
+            break;
         if (st->swallow) {
             size_t n = avail < st->swallow ? avail : (size_t)st->swallow;
             v.off += n;

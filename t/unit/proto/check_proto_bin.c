@@ -1518,6 +1518,45 @@ START_TEST(test_quiet_stream_then_noop)
 }
 END_TEST
 
+/*
+ * A client that pipelines more than it reads: the parser stops taking
+ * requests once `out` holds more than output_max, and goes on where it
+ * stopped when run again after the output drained.
+ */
+START_TEST(test_output_max_pauses_between_requests)
+{
+    char value[601];
+    memset(value, 'v', 600);
+    value[600] = '\0';
+    seed("big", value, 0);
+    evbuffer_drain(out, evbuffer_get_length(out));
+    cfg.output_max = 1000;
+    bytes b = {0};
+    for (int i = 0; i < 10; i++)
+        req(&b, OP_GET, NULL, 0, "big", NULL, 0);
+    ck_assert_int_eq(feed(&b), PROTO_OK);
+    size_t reply = 24 + 4 + 600;
+    size_t got = 0;
+    int rounds = 0;
+    for (;;) {
+        size_t len = evbuffer_get_length(out);
+        /* Two replies pass the 1000-byte mark: the third waits. */
+        ck_assert_uint_le(len, 2 * reply);
+        ck_assert_uint_eq(len % reply, 0);
+        got += len / reply;
+        evbuffer_drain(out, len);
+        rounds++;
+        if (evbuffer_get_length(in) == 0 || rounds == 20)
+            break;
+        ck_assert_int_eq(proto_bin_execute(&ctx, in, out), PROTO_OK);
+    }
+    ck_assert_uint_eq(got, 10);
+    ck_assert_int_eq(rounds, 5);
+    b_free(&b);
+    cfg.output_max = 0;
+}
+END_TEST
+
 static Suite *proto_bin_suite(void)
 {
     Suite *s = suite_create("proto_bin");
@@ -1563,6 +1602,7 @@ static Suite *proto_bin_suite(void)
     tcase_add_test(tc, test_wrong_extlen_closes);
     tcase_add_test(tc, test_unknown_opcode_skipped);
     tcase_add_test(tc, test_quiet_stream_then_noop);
+    tcase_add_test(tc, test_output_max_pauses_between_requests);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -777,6 +777,45 @@ START_TEST(test_nomem)
 }
 END_TEST
 
+/*
+ * A client that pipelines more than it reads: the parser stops taking
+ * requests once `out` holds more than output_max and leaves the rest in
+ * `in`; run again after the output drained, it goes on where it stopped.
+ */
+START_TEST(test_output_max_pauses_between_requests)
+{
+    char value[601];
+    memset(value, 'v', 600);
+    value[600] = '\0';
+    char set[700];
+    snprintf(set, sizeof(set), "set big 0 0 600\r\n%s\r\n", value);
+    free(run_n(set, strlen(set), NULL));
+    cfg.output_max = 1000;
+    const char *one = "get big\r\n";
+    struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
+    for (int i = 0; i < 10; i++)
+        evbuffer_add(in, one, strlen(one));
+    size_t reply = strlen("VALUE big 0 600\r\n") + 600 + strlen("\r\nEND\r\n");
+    size_t got = 0;
+    int rounds = 0;
+    while (evbuffer_get_length(in) > 0 && rounds < 20) {
+        ck_assert_int_eq(proto_text_execute(&ctx, in, out), PROTO_OK);
+        size_t len = evbuffer_get_length(out);
+        /* Two replies pass the 1000-byte mark: the third waits. */
+        ck_assert_uint_le(len, 2 * reply);
+        ck_assert_uint_eq(len % reply, 0);
+        got += len / reply;
+        evbuffer_drain(out, len);
+        rounds++;
+    }
+    ck_assert_uint_eq(got, 10);
+    ck_assert_int_eq(rounds, 5);
+    evbuffer_free(in);
+    evbuffer_free(out);
+    cfg.output_max = 0;
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("proto_text");
@@ -807,6 +846,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_quit_shutdown_http);
     tcase_add_test(tc, test_pipeline_split_equivalence);
     tcase_add_test(tc, test_nomem);
+    tcase_add_test(tc, test_output_max_pauses_between_requests);
     suite_add_tcase(s, tc);
     return s;
 }
