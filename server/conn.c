@@ -53,6 +53,8 @@ struct conn {
     uint8_t state;  /* enum conn_state; read by stats conns */
     uint8_t parser; /* enum conn_parser */
     bool reading;   /* rev is added */
+    bool paused;    /* the parser stopped at output_max: rerun it after the
+                       output drains, even if no byte arrives */
     bool writing;   /* wev is added */
     uint32_t last_active;
     uint32_t closing_since;
@@ -374,12 +376,18 @@ static bool flush_out(conn *c)
             return false;
         }
         c->reading = true;
+        c->paused = false;
         set_state(c, CONN_WAITING);
         /* A parser may have left complete requests behind while the
          * output was full: let the read callback run it again. */
         if (evbuffer_get_length(c->in) > 0) {
             event_active(&c->rev, EV_READ, 0);
         }
+    } else if (c->paused && pending <= c->env->output_max / 2) {
+        /* Still reading, but the requests the parser left behind may be
+         * all the client sends: no byte will wake the read callback. */
+        c->paused = false;
+        event_active(&c->rev, EV_READ, 0);
     }
     return true;
 }
@@ -427,12 +435,13 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     }
 
     int rc = run_parser(c);
+    c->paused = rc == PROTO_PAUSED;
     if (rc == PROTO_SHUTDOWN) {
         if (env->request_shutdown != NULL) {
             env->request_shutdown(env->shutdown_arg);
         }
         start_closing(c);
-    } else if (rc != PROTO_OK || eof) {
+    } else if ((rc != PROTO_OK && rc != PROTO_PAUSED) || eof) {
         start_closing(c);
     } else if (evbuffer_get_length(c->in) > env->input_max) {
         /* A parser bounds what it buffers; this only guards the daemon

@@ -28,6 +28,8 @@
 /* Results of a parser's execute call. */
 enum proto_rc {
     PROTO_OK = 0,        /* consumed what it could; call again on more bytes */
+    PROTO_PAUSED = 1,    /* stopped at cfg->output_max with requests left in
+                            `in`: call again once `out` has drained */
     PROTO_CLOSE = -1,    /* send what is in `out`, then close */
     PROTO_SHUTDOWN = -2, /* send `out`; the client asked for shutdown */
 };

@@ -925,13 +925,13 @@ int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
 
         if (!bin_discard(ctx, in))
             return PROTO_OK;
-        /* Between requests: wait while the client is not reading. */
-        if (ctx->cfg->output_max &&
-            evbuffer_get_length(out) > ctx->cfg->output_max)
-            return PROTO_OK;
         avail = evbuffer_get_length(in);
         if (avail < BIN_HEADER_LEN)
             return PROTO_OK;
+        /* Between requests: wait while the client is not reading. */
+        if (ctx->cfg->output_max &&
+            evbuffer_get_length(out) > ctx->cfg->output_max)
+            return PROTO_PAUSED;
         if (evbuffer_copyout(in, raw, BIN_HEADER_LEN) != BIN_HEADER_LEN)
             return PROTO_CLOSE;
 

@@ -1796,8 +1796,10 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
          * replies it takes, not the requests it sends.
          */
         if (!st->swallow && !st->skip_line && ctx->cfg->output_max &&
-            evbuffer_get_length(out) + o.n > ctx->cfg->output_max)
+            evbuffer_get_length(out) + o.n > ctx->cfg->output_max) {
+            rc = PROTO_PAUSED;
             break;
+        }
         if (st->swallow) {
             size_t n = avail < st->swallow ? avail : (size_t)st->swallow;
             v.off += n;

@@ -1534,7 +1534,7 @@ START_TEST(test_output_max_pauses_between_requests)
     bytes b = {0};
     for (int i = 0; i < 10; i++)
         req(&b, OP_GET, NULL, 0, "big", NULL, 0);
-    ck_assert_int_eq(feed(&b), PROTO_OK);
+    ck_assert_int_eq(feed(&b), PROTO_PAUSED);
     size_t reply = 24 + 4 + 600;
     size_t got = 0;
     int rounds = 0;
@@ -1548,7 +1548,9 @@ START_TEST(test_output_max_pauses_between_requests)
         rounds++;
         if (evbuffer_get_length(in) == 0 || rounds == 20)
             break;
-        ck_assert_int_eq(proto_bin_execute(&ctx, in, out), PROTO_OK);
+        int rc = proto_bin_execute(&ctx, in, out);
+        ck_assert_int_eq(rc,
+                         (evbuffer_get_length(in) ? PROTO_PAUSED : PROTO_OK));
     }
     ck_assert_uint_eq(got, 10);
     ck_assert_int_eq(rounds, 5);
