@@ -163,10 +163,15 @@ struct round {
 
 struct peer {
     struct repl *r;
-    char name[128]; /* host:port as configured */
+    char name[128]; /* host:port as configured or as registered */
     struct sockaddr_storage addr;
     socklen_t addrlen;
     bool self;
+    bool vacant;        /* a free slot (a member that left the view) */
+    bool from_registry; /* from a registry's view, not the peers list */
+    uint8_t member;     /* registry_state; static peers stay alive */
+    uint64_t incarnation;
+    uint32_t view_node; /* the member's id in the registry's view */
     struct conn *conn;
     bool connecting;
     uint64_t retry_at_ns;
@@ -188,8 +193,15 @@ struct repl {
     int wake_fd, stop_fd;
     pthread_t thread;
     bool started;
+    /*
+     * Slots [0, npeers); registry members come and go, a removed one
+     * leaves a vacant slot for the next. The table changes only on this
+     * thread, under plock, which repl_emit_stats takes to read it.
+     */
     struct peer peers[PEER_MAX];
     int npeers;
+    pthread_mutex_t plock;
+    registry_client *reg; /* NULL without registries */
     struct conn *incoming;
     int nincoming;
     /* push queue: filled by worker threads, drained by this thread */
@@ -241,6 +253,8 @@ void repl_options_default(repl_options *o)
     o->round_timeout_ms = 10000;
     o->push_queue = 65536;
     o->item_size_max = 1024 * 1024;
+    o->registries = "";
+    registry_timing_default(&o->timing);
 }
 
 /* Resolves "host:port" (or "[v6]:port") into p->addr. */
@@ -779,6 +793,12 @@ static int serve(struct conn *c, const repl_frame *f)
     case REPL_MSG_DONE:
         c->serving_since_ns = 0;
         return 0;
+    case REPL_MSG_PING:
+        /* An indirect probe of the registry, relayed by another member. */
+        if (f->length != 8)
+            return -1;
+        memcpy(payload_area(c->r), f->payload, 8);
+        return conn_send(c, REPL_MSG_PONG, 8);
     default:
         return -1;
     }
@@ -1042,6 +1062,13 @@ static int on_reply(struct conn *c, const repl_frame *f)
         return on_symbols(c->r, p, f->payload, f->length);
     case REPL_MSG_MUTATIONS:
         return on_mutations(c->r, p, f->payload, f->length);
+    case REPL_MSG_PONG:
+        if (f->length != 8)
+            return -1;
+        if (c->r->reg)
+            registry_client_pong(c->r->reg, p->node_id,
+                                 repl_wire_get_u64(f->payload));
+        return 0;
     case REPL_MSG_ERROR:
         return -1;
     default:
@@ -1319,7 +1346,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     int ready[PEER_MAX], nready = 0;
     for (int i = 0; i < r->npeers; i++) {
         struct peer *p = &r->peers[i];
-        if (p->self)
+        if (p->self || p->vacant || p->member == REGISTRY_DEAD)
             continue;
         if (!p->conn && now >= p->retry_at_ns)
             peer_connect(r, p);
@@ -1336,6 +1363,122 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (nready > 0)
         round_start(r, &r->peers[ready[rng_next(r) % (uint64_t)nready]]);
     tick_arm(r);
+}
+
+/* ========================================================== membership */
+
+/* Closes a slot's connection, frees its round state and marks it vacant. */
+static void peer_release(struct repl *r, struct peer *p)
+{
+    if (p->conn)
+        conn_free(p->conn);
+    round_reset(p);
+    free(p->round.own);
+    free(p->round.diffs);
+    free(p->round.wanted);
+    riblt_decoder_destroy(p->round.dec);
+    memset(p, 0, sizeof(*p));
+    p->r = r;
+    p->vacant = true;
+}
+
+/* A vacant slot or a new one at the end; NULL when the table is full. */
+static struct peer *peer_slot(struct repl *r)
+{
+    for (int i = 0; i < r->npeers; i++)
+        if (r->peers[i].vacant)
+            return &r->peers[i];
+    if (r->npeers == PEER_MAX)
+        return NULL;
+    struct peer *p = &r->peers[r->npeers++];
+    memset(p, 0, sizeof(*p));
+    p->r = r;
+    p->vacant = true;
+    return p;
+}
+
+/*
+ * A registry's view (registry_view_fn): members new to it get a slot and
+ * are dialled by the next tick, a member whose address changed is dialled
+ * again, a dead one loses its connection and is left alone, and a member
+ * no longer in the view is removed. Static peers are never touched; a
+ * member that is also in the static list (same address or id) stays
+ * static.
+ */
+static void on_view(void *arg, const registry_member *m, size_t n,
+                    const char *source)
+{
+    struct repl *r = arg;
+    bool seen[PEER_MAX] = {false};
+    (void)source;
+    pthread_mutex_lock(&r->plock);
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].node == r->o.node_id)
+            continue;
+        struct peer *p = NULL;
+        bool is_static = false;
+        for (int j = 0; j < r->npeers; j++) {
+            struct peer *q = &r->peers[j];
+            if (q->vacant)
+                continue;
+            if (q->from_registry && q->view_node == m[i].node)
+                p = q;
+            else if (!q->from_registry && (strcmp(q->name, m[i].addr) == 0 ||
+                                           q->node_id == m[i].node))
+                is_static = true;
+        }
+        if (is_static)
+            continue;
+        if (p && strcmp(p->name, m[i].addr) != 0) {
+            peer_release(r, p);
+            p = NULL;
+        }
+        if (!p) {
+            char err[256];
+            p = peer_slot(r);
+            if (!p)
+                continue;
+            if (peer_parse(p, m[i].addr, strlen(m[i].addr), err,
+                           sizeof(err)) != REPL_OK) {
+                memset(p, 0, sizeof(*p));
+                p->r = r;
+                p->vacant = true;
+                continue;
+            }
+            p->vacant = false;
+            p->from_registry = true;
+            p->view_node = m[i].node;
+            p->node_id = m[i].node;
+        }
+        seen[p - r->peers] = true;
+        p->incarnation = m[i].incarnation;
+        if (m[i].state == REGISTRY_DEAD && p->conn)
+            conn_free(p->conn);
+        p->member = m[i].state;
+    }
+    for (int j = 0; j < r->npeers; j++) {
+        struct peer *q = &r->peers[j];
+        if (!q->vacant && q->from_registry && !seen[j])
+            peer_release(r, q);
+    }
+    pthread_mutex_unlock(&r->plock);
+}
+
+/*
+ * An indirect probe (registry_ping_fn): PING target over our connection
+ * to it; its PONG comes back through on_reply.
+ */
+static int on_ping(void *arg, uint32_t target, uint64_t token)
+{
+    struct repl *r = arg;
+    for (int i = 0; i < r->npeers; i++) {
+        struct peer *p = &r->peers[i];
+        if (p->vacant || p->self || p->node_id != target || !peer_ready(p))
+            continue;
+        repl_wire_put_u64(payload_area(r), token);
+        return conn_send(p->conn, REPL_MSG_PING, 8);
+    }
+    return -1;
 }
 
 /* ========================================================== eager push */
@@ -1431,6 +1574,9 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
     struct repl *r = arg;
     (void)fd;
     (void)what;
+    /* A clean stop leaves the registries' views at once. */
+    if (r->reg)
+        registry_client_leave(r->reg);
     event_base_loopbreak(r->base);
 }
 
@@ -1505,6 +1651,7 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
     r->queue = calloc(r->qcap, sizeof(*r->queue));
     r->rng = now_ns() ^ ((uint64_t)o->node_id << 32);
     pthread_mutex_init(&r->qlock, NULL);
+    pthread_mutex_init(&r->plock, NULL);
     /* Small frames (handshake, requests) are built without a size check. */
     if (!r->secret || !r->listen || !r->queue || r->S == 0 ||
         !scratch_fit(r, 65536)) {
@@ -1528,6 +1675,21 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
     if (!r->tick || !r->wake || !r->stop) {
         snprintf(err, nerr, "cannot create replication events");
         goto fail;
+    }
+    if (o->registries && o->registries[0]) {
+        registry_client_options co = {
+            .node_id = o->node_id,
+            .registries = o->registries,
+            .advertise = r->listen,
+            .advertise_port = o->port,
+            .secret = r->secret,
+            .insecure = o->insecure,
+            .timing = o->timing,
+        };
+        r->reg = registry_client_create(r->base, &co, on_view, on_ping, r, err,
+                                        nerr);
+        if (!r->reg)
+            goto fail;
     }
     tick_arm(r);
     event_add(r->wake, NULL);
@@ -1571,6 +1733,7 @@ void repl_destroy(repl *r)
     }
     while (r->incoming)
         conn_free(r->incoming);
+    registry_client_destroy(r->reg);
     while (r->nspare > 0)
         riblt_encoder_destroy(r->spare[--r->nspare]);
     for (size_t i = 0; i < r->qlen; i++)
@@ -1590,6 +1753,7 @@ void repl_destroy(repl *r)
     if (r->stop_fd >= 0)
         close(r->stop_fd);
     pthread_mutex_destroy(&r->qlock);
+    pthread_mutex_destroy(&r->plock);
     free(r->queue);
     free(r->scratch);
     free(r->secret);
@@ -1601,13 +1765,30 @@ void repl_destroy(repl *r)
 
 void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg)
 {
-    char name[192], val[64];
+    char name[192], val[192];
     snprintf(val, sizeof(val), "%u", r->o.node_id);
     emit(arg, "node_id", val);
     snprintf(val, sizeof(val), "%u", (unsigned)r->o.port);
     emit(arg, "peer_port", val);
-    snprintf(val, sizeof(val), "%d", r->npeers);
+    pthread_mutex_lock(&r->plock);
+    int npeers = 0;
+    for (int i = 0; i < r->npeers; i++)
+        npeers += !r->peers[i].vacant;
+    snprintf(val, sizeof(val), "%d", npeers);
     emit(arg, "peers", val);
+    /* Where the peer set comes from: the static list alone, a registry,
+     * or the cached view of a registry that is unreachable. */
+    if (r->reg) {
+        registry_client_source(r->reg, val, sizeof(val));
+        emit(arg, "membership", val);
+        snprintf(val, sizeof(val), "%llu",
+                 (unsigned long long)registry_client_incarnation(r->reg));
+        emit(arg, "incarnation", val);
+        snprintf(val, sizeof(val), "%u", registry_client_connected(r->reg));
+        emit(arg, "registries_connected", val);
+    } else {
+        emit(arg, "membership", "static");
+    }
 #define NSTATS_EMIT(n)                                                        \
     snprintf(val, sizeof(val), "%llu",                                        \
              (unsigned long long)PST_GET(&r->st, n));                         \
@@ -1620,8 +1801,17 @@ void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg)
     emit(arg, "push_queue_length", val);
     for (int i = 0; i < r->npeers; i++) {
         struct peer *p = &r->peers[i];
+        if (p->vacant)
+            continue;
         snprintf(name, sizeof(name), "peer%d:addr", i);
         emit(arg, name, p->name);
+        snprintf(name, sizeof(name), "peer%d:origin", i);
+        emit(arg, name, p->from_registry ? "registry" : "static");
+        snprintf(name, sizeof(name), "peer%d:member", i);
+        emit(arg, name, registry_state_name(p->member));
+        snprintf(name, sizeof(name), "peer%d:incarnation", i);
+        snprintf(val, sizeof(val), "%llu", (unsigned long long)p->incarnation);
+        emit(arg, name, val);
         /* The connection pointer is the replication thread's: only a
          * coarse state is read here. */
         const char *state = p->self ? "self"
@@ -1642,4 +1832,5 @@ void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg)
         REPL_PEER_COUNTERS(PSTATS_EMIT)
 #undef PSTATS_EMIT
     }
+    pthread_mutex_unlock(&r->plock);
 }

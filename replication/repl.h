@@ -4,8 +4,11 @@
  * The daemon creates one repl object over its store. It runs in a thread of
  * its own with its own event loop (client event loops never wait on peers):
  *   - a peer listener that serves reconciliation requests and pushes;
- *   - one outgoing connection per configured peer, used for this node's
- *     rounds and for eager push;
+ *   - one outgoing connection per peer, used for this node's rounds and
+ *     for eager push; the peers are the static list, plus the live
+ *     members of the registry's view when registries are configured
+ *     (added and removed as the view changes; a dead member is neither
+ *     dialled nor chosen);
  *   - a gossip timer: every period a random live peer gets a round;
  *   - the push queue: fresh local writes (from the store's listener) are
  *     sent to every peer within milliseconds, batched; a full queue drops
@@ -19,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "registry.h"
 #include "stats.h"
 #include "store.h"
 
@@ -41,6 +45,9 @@ typedef struct repl_options {
     uint32_t round_timeout_ms; /* a round taking longer fails */
     uint32_t push_queue;       /* pending eager pushes, cap */
     size_t item_size_max;      /* largest value accepted from a peer */
+    /* Membership through registries ("host:port,..."; empty = none). */
+    const char *registries;
+    registry_timing timing; /* heartbeats and probing */
 } repl_options;
 
 void repl_options_default(repl_options *o);

@@ -56,6 +56,18 @@ enum repl_msg {
     REPL_MSG_MUTATIONS = 13,   /* mutation records (answer or push) */
     REPL_MSG_DONE = 14,        /* round finished (stats), no payload */
     REPL_MSG_ERROR = 15,       /* u32 code, text */
+    /* 16 is the bulk request, private to repl.c. */
+    /* Liveness, on the peer channel and on the registry channel. */
+    REPL_MSG_PING = 20, /* token u64: answer PONG with the same token */
+    REPL_MSG_PONG = 21, /* token u64 */
+    /* Registry channel (member <-> registry, see registry.h). */
+    REPL_MSG_REG_REGISTER = 22,  /* node u32, incarnation u64, addr */
+    REPL_MSG_REG_HEARTBEAT = 23, /* incarnation u64, view epoch u64 */
+    REPL_MSG_REG_LEAVE = 24,     /* incarnation u64 */
+    REPL_MSG_REG_VIEW = 25,      /* epoch u64, count u32, members */
+    REPL_MSG_REG_REJOIN = 26,    /* incarnation u64 the registry knows */
+    REPL_MSG_REG_PING_REQ = 27,  /* token u64, target node u32 */
+    REPL_MSG_REG_PING_ACK = 28,  /* token u64, target node u32, ok u8 */
 };
 
 /* A parsed frame header. */

@@ -654,6 +654,16 @@ int options_validate(const options *o, char *err, size_t errlen)
     if (o->inter == NULL || o->inter[0] == '\0') {
         return fail(err, errlen, "inter (-l) must name an address");
     }
+    if (o->registry != NULL && o->repl_port == 0) {
+        return fail(err, errlen,
+                    "registry needs repl_port: a member registers its peer "
+                    "port");
+    }
+    if (o->registry_port != 0 && o->registry_port == o->repl_port) {
+        return fail(err, errlen,
+                    "registry_port and repl_port must differ (%" PRIu64 ")",
+                    o->registry_port);
+    }
     return OPTIONS_OK;
 }
 
@@ -675,7 +685,13 @@ static const char *arg_hint(const options_desc *d)
             d == &descs[OPTIONS_IDX_repl_listen]) {
             return "<addr>";
         }
-        return d == &descs[OPTIONS_IDX_peers] ? "<list>" : "<path>";
+        if (d == &descs[OPTIONS_IDX_registry_listen]) {
+            return "<addr>";
+        }
+        return d == &descs[OPTIONS_IDX_peers] ||
+                       d == &descs[OPTIONS_IDX_registry]
+                   ? "<list>"
+                   : "<path>";
     case OPTIONS_SECRET:
         return "<secret>";
     case OPTIONS_VERB:

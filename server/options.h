@@ -167,6 +167,22 @@ enum options_proto {
       "10000", 1, 3600000, "a round taking longer fails")                     \
     X(repl_push_queue, 0, "repl-push-queue", OPTIONS_UINT, "65536", 1,        \
       4294967295ULL, "fresh writes waiting for eager push, cap")              \
+    X(registry, 0, "registry", OPTIONS_STR, NULL, 0, 0,                       \
+      "registries to join, host:port,host:port (needs repl_port)")            \
+    X(registry_port, 0, "registry-port", OPTIONS_UINT, "0", 0, 65535,         \
+      "serve as a registry on this port (0 = not a registry)")                \
+    X(registry_listen, 0, "registry-listen", OPTIONS_STR, "127.0.0.1", 0, 0,  \
+      "address of the registry listener")                                     \
+    X(heartbeat_ms, 0, "heartbeat-ms", OPTIONS_UINT, "1000", 1, 3600000,      \
+      "milliseconds between a member's heartbeats to its registries")         \
+    X(probe_ms, 0, "probe-ms", OPTIONS_UINT, "1000", 1, 3600000,              \
+      "a registry probes one member every this many milliseconds")            \
+    X(probe_timeout_ms, 0, "probe-timeout-ms", OPTIONS_UINT, "500", 1,        \
+      3600000, "a direct or indirect probe unanswered this long fails")       \
+    X(suspect_timeout_ms, 0, "suspect-timeout-ms", OPTIONS_UINT, "5000", 1,   \
+      3600000, "a suspect member without news this long is declared dead")    \
+    X(indirect_probes, 0, "indirect-probes", OPTIONS_UINT, "3", 0, 16,        \
+      "members asked to ping one that missed a direct probe")                 \
     X(config, 'f', "config", OPTIONS_CLI, NULL, 0, 0,                         \
       "read settings from FILE (name = value lines); flags override it")      \
     X(extended, 'o', "extended", OPTIONS_CLI, NULL, 0, 0,                     \
