@@ -211,6 +211,8 @@ struct repl {
     /* encoders kept between rounds: their memory is already mapped */
     riblt_encoder *spare[ENCODER_SPARES];
     int nspare;
+    /* one batch of symbols, remote and own (BATCH_MAX each) */
+    riblt_symbol *syms, *own_syms;
     /* scratch for building one frame */
     uint8_t *scratch;
     size_t scratch_cap;
@@ -705,21 +707,16 @@ static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
         c->serving_since_ns = now_ns();
     }
     size_t body = 16 + (size_t)count * RIBLT_SYMBOL_WIRE_SIZE;
-    riblt_symbol syms[256];
     if (!scratch_fit(r, body + REPL_WIRE_HEADER + REPL_WIRE_TAG))
         return -1;
     uint8_t *out = payload_area(r);
     repl_wire_put_u64(out, offset);
     repl_wire_put_u64(out + 8, (uint64_t)c->snap_size);
-    for (uint32_t done = 0; done < count;) {
-        uint32_t k = count - done > 256 ? 256 : count - done;
-        if (stream_symbols(r, c->snap, &c->enc, offset + done, syms, k) != 0)
-            return -1;
-        riblt_symbols_encode(syms, k,
-                             out + 16 + (size_t)done * RIBLT_SYMBOL_WIRE_SIZE,
-                             (size_t)k * RIBLT_SYMBOL_WIRE_SIZE);
-        done += k;
-    }
+    /* One call for the whole batch: the encoder walks it in one pass. */
+    if (stream_symbols(r, c->snap, &c->enc, offset, r->syms, count) != 0)
+        return -1;
+    riblt_symbols_encode(r->syms, count, out + 16,
+                         (size_t)count * RIBLT_SYMBOL_WIRE_SIZE);
     PST_ADD(&r->st, served_symbol_requests, 1);
     PST_ADD(&r->st, served_symbols, count);
     return conn_send(c, REPL_MSG_SYMBOLS, (uint32_t)body);
@@ -990,32 +987,24 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
         rd->diffs = d;
         rd->diffs_cap = cap;
     }
-    riblt_symbol remote[256], own[256];
-    for (size_t done = 0; done < n;) {
-        size_t k = n - done > 256 ? 256 : n - done;
-        if (riblt_symbols_decode(q + 16 + done * RIBLT_SYMBOL_WIRE_SIZE,
-                                 k * RIBLT_SYMBOL_WIRE_SIZE, remote,
-                                 k) != (long)k)
-            return -1;
-        if (stream_symbols(r, rd->own, &rd->own_enc, offset + done, own, k) !=
-            0)
-            return -1;
-        for (size_t i = 0; i < k; i++) {
-            riblt_symbol *d = &rd->diffs[rd->ndiffs++];
-            riblt_symbol_subtract(d, &remote[i], &own[i]);
-            int rc =
-                rd->dec ? riblt_decoder_add_diff(rd->dec, d) : RIBLT_ERR_FULL;
-            if (rc == RIBLT_ERR_FULL) {
-                rd->ndiffs--; /* refed below with the others */
-                if (decoder_grow(r, rd) != 0)
-                    return -1;
-                rd->ndiffs++;
-                rc = riblt_decoder_add_diff(rd->dec, d);
-            }
-            if (rc != RIBLT_OK)
+    riblt_symbol *remote = r->syms, *own = r->own_syms;
+    if (riblt_symbols_decode(q + 16, n * RIBLT_SYMBOL_WIRE_SIZE, remote, n) !=
+            (long)n ||
+        stream_symbols(r, rd->own, &rd->own_enc, offset, own, n) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        riblt_symbol *d = &rd->diffs[rd->ndiffs++];
+        riblt_symbol_subtract(d, &remote[i], &own[i]);
+        int rc = rd->dec ? riblt_decoder_add_diff(rd->dec, d) : RIBLT_ERR_FULL;
+        if (rc == RIBLT_ERR_FULL) {
+            rd->ndiffs--; /* refed below with the others */
+            if (decoder_grow(r, rd) != 0)
                 return -1;
+            rd->ndiffs++;
+            rc = riblt_decoder_add_diff(rd->dec, d);
         }
-        done += k;
+        if (rc != RIBLT_OK)
+            return -1;
     }
     int rc = riblt_decoder_decode(rd->dec);
     if (rc == RIBLT_OK)
@@ -1653,8 +1642,10 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
     pthread_mutex_init(&r->qlock, NULL);
     pthread_mutex_init(&r->plock, NULL);
     /* Small frames (handshake, requests) are built without a size check. */
-    if (!r->secret || !r->listen || !r->queue || r->S == 0 ||
-        !scratch_fit(r, 65536)) {
+    r->syms = malloc(BATCH_MAX * sizeof(riblt_symbol));
+    r->own_syms = malloc(BATCH_MAX * sizeof(riblt_symbol));
+    if (!r->secret || !r->listen || !r->queue || r->S == 0 || !r->syms ||
+        !r->own_syms || !scratch_fit(r, 65536)) {
         snprintf(err, nerr, "out of memory");
         goto fail;
     }
@@ -1756,6 +1747,8 @@ void repl_destroy(repl *r)
     pthread_mutex_destroy(&r->plock);
     free(r->queue);
     free(r->scratch);
+    free(r->syms);
+    free(r->own_syms);
     free(r->secret);
     free(r->listen);
     free(r);

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* ============================================================== errors */
 
@@ -252,6 +253,40 @@ struct window {
     bool heaped;
 };
 
+/*
+ * Arrays of millions of entries are allocated on 2 MiB boundaries with a
+ * request for transparent huge pages where the system has them: faulting
+ * in tens of megabytes page by page costs more than the work done on them.
+ */
+#define BIG_ALLOC (4u << 20)
+
+static void *big_alloc(size_t n)
+{
+    if (n < BIG_ALLOC)
+        return malloc(n);
+    void *p = NULL;
+    if (posix_memalign(&p, 2u << 20, n) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, n, MADV_HUGEPAGE); /* advice only: failure is harmless */
+#endif
+    return p;
+}
+
+/* realloc for big_alloc's arrays. */
+static void *big_realloc(void *old, size_t oldn, size_t n)
+{
+    if (n < BIG_ALLOC)
+        return realloc(old, n);
+    void *p = big_alloc(n);
+    if (!p)
+        return NULL;
+    if (old)
+        memcpy(p, old, oldn < n ? oldn : n);
+    free(old);
+    return p;
+}
+
 static int window_init(struct window *w, size_t cap, bool fixed, bool heaped)
 {
     memset(w, 0, sizeof(*w));
@@ -259,9 +294,9 @@ static int window_init(struct window *w, size_t cap, bool fixed, bool heaped)
     w->heaped = heaped;
     if (cap == 0)
         return RIBLT_OK;
-    w->e = malloc(cap * sizeof(*w->e));
+    w->e = big_alloc(cap * sizeof(*w->e));
     if (heaped)
-        w->heap = malloc(cap * sizeof(*w->heap));
+        w->heap = big_alloc(cap * sizeof(*w->heap));
     if (!w->e || (heaped && !w->heap)) {
         free(w->e);
         free(w->heap);
@@ -287,12 +322,13 @@ static int window_grow(struct window *w)
     size_t ncap = w->cap ? w->cap * 2 : 64;
     if (ncap < w->cap || ncap > SIZE_MAX / sizeof(struct entry))
         return RIBLT_ERR_NOMEM;
-    struct entry *e = realloc(w->e, ncap * sizeof(*e));
+    struct entry *e = big_realloc(w->e, w->n * sizeof(*e), ncap * sizeof(*e));
     if (!e)
         return RIBLT_ERR_NOMEM;
     w->e = e;
     if (w->heaped) {
-        struct hnode *h = realloc(w->heap, ncap * sizeof(*h));
+        /* The heap is rebuilt before use: its contents need not move. */
+        struct hnode *h = big_realloc(w->heap, 0, ncap * sizeof(*h));
         if (!h)
             return RIBLT_ERR_NOMEM;
         w->heap = h;
