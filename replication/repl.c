@@ -103,7 +103,9 @@ struct pstats {
     X(auth_failures)                                                          \
     X(incoming_refused)                                                       \
     X(push_queue_dropped)                                                     \
-    X(encoder_builds)
+    X(encoder_builds)                                                         \
+    X(served_bytes_sent)                                                      \
+    X(served_bytes_recv)
 
 struct nstats {
 #define NSTATS_FIELD(n) uint64_t n;
@@ -393,6 +395,8 @@ static int conn_send(struct conn *c, uint8_t type, uint32_t len)
     struct pstats *st = conn_stats(c);
     if (st)
         PST_ADD(st, bytes_sent, n);
+    else
+        PST_ADD(&r->st, served_bytes_sent, n);
     return 0;
 }
 
@@ -1202,6 +1206,8 @@ static void on_read(struct bufferevent *bev, void *arg)
             c->seq_in++;
         if (c->peer)
             PST_ADD(&c->peer->st, bytes_recv, used);
+        else
+            PST_ADD(&r->st, served_bytes_recv, used);
         int hr;
         if (c->state != C_READY) {
             hr = handshake(c, &f);

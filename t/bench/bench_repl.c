@@ -165,8 +165,11 @@ int main(int argc, char **argv)
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
+    /* Both directions: what each node sent on the connections it dialled
+     * and on the ones its peer dialled. */
     unsigned long long bytes =
-        stat_sum(ra, ":bytes_sent") + stat_sum(rb, ":bytes_sent");
+        stat_sum(ra, ":bytes_sent") + stat_sum(rb, ":bytes_sent") +
+        stat_sum(ra, "served_bytes_sent") + stat_sum(rb, "served_bytes_sent");
     unsigned long long syms =
         stat_sum(ra, ":symbols_recv") + stat_sum(rb, ":symbols_recv");
     unsigned long long fetched = stat_sum(ra, ":mutations_fetched") +
@@ -181,10 +184,13 @@ int main(int argc, char **argv)
         printf("did not converge within 60 s\n");
     else
         printf("converged in %.3f s after replication started\n", done);
-    printf("peer bytes sent (both nodes, rounds and records): %llu\n", bytes);
-    printf("coded symbols received: %llu (%.3f per difference; target "
-           "bytes 1.5 * 1.35 * d * 32 = %.0f)\n",
-           syms, (double)syms / (double)diff, 1.5 * 1.35 * (double)diff * 32);
+    printf("peer channel bytes, both directions (frames, symbols, records): "
+           "%llu\n",
+           bytes);
+    printf("coded symbols received: %llu (%.3f per difference), %llu bytes; "
+           "target 1.5 * 1.35 * d * 32 = %.0f\n",
+           syms, (double)syms / (double)diff, syms * 32,
+           1.5 * 1.35 * (double)diff * 32);
     printf("mutations fetched %llu, pushed %llu; records alone ~%.0f bytes\n",
            fetched, sent, record * (double)diff);
     printf("last round took %llu us (initiator's clock)\n",
