@@ -720,8 +720,9 @@ class Verdict:
         self.unexplained = 0  # values no write of the test produced
         self.item_count_errors = 0  # curr_items != keys holding a value
         self.ambiguous = 0  # keys with more than one allowed value
-        # Keys not holding the client's last acked write, lawfully: a
-        # write with provably greater version ticks, made earlier.
+        # Keys not holding the client's last acked write, lawfully: an
+        # earlier write with provably greater version ticks, or a write
+        # whose reply was lost and which a node applied late.
         self.older_kept = 0
         self.examples = []
 
@@ -733,7 +734,7 @@ class Verdict:
         return ("keys checked %d, mismatches %d, lost writes %d, "
                 "resurrections %d, unexplained values %d, item count "
                 "errors %d (keys with several allowed values: %d; keys "
-                "keeping an earlier write with a newer version: %d)" % (
+                "lawfully not holding the last acked write: %d)" % (
                     self.keys, self.mismatches, self.lost,
                     self.resurrections, self.unexplained,
                     self.item_count_errors, self.ambiguous,
