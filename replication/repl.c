@@ -432,7 +432,8 @@ static void conn_free(struct conn *c)
         struct peer *p = c->peer;
         if (p->round.active)
             round_fail(p, "connection closed");
-        p->conn = NULL;
+        /* Stores the stats reader may see: atomic (it only tests them). */
+        __atomic_store_n(&p->conn, NULL, __ATOMIC_RELAXED);
         p->connecting = false;
         p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 50;
         if (p->backoff_ms > BACKOFF_MAX_MS)
@@ -1117,7 +1118,7 @@ static int handshake(struct conn *c, const repl_frame *f)
              * that entry again; neither side counts it as a failure.
              */
             if (c->outgoing) {
-                c->peer->self = true;
+                __atomic_store_n(&c->peer->self, true, __ATOMIC_RELAXED);
                 return 1;
             }
             send_hello(c, REPL_MSG_CHALLENGE, c->auth.client_nonce);
@@ -1304,7 +1305,7 @@ static void peer_connect(struct repl *r, struct peer *p)
     if (!c)
         return;
     c->peer = p;
-    p->conn = c;
+    __atomic_store_n(&p->conn, c, __ATOMIC_RELAXED);
     p->connecting = true;
     if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&p->addr,
                                    (int)p->addrlen) != 0) {
@@ -1813,10 +1814,10 @@ void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg)
         emit(arg, name, val);
         /* The connection pointer is the replication thread's: only a
          * coarse state is read here. */
-        const char *state = p->self ? "self"
-                            : __atomic_load_n(&p->conn, __ATOMIC_RELAXED)
-                                ? "up"
-                                : "down";
+        const char *state =
+            __atomic_load_n(&p->self, __ATOMIC_RELAXED)   ? "self"
+            : __atomic_load_n(&p->conn, __ATOMIC_RELAXED) ? "up"
+                                                          : "down";
         snprintf(name, sizeof(name), "peer%d:state", i);
         emit(arg, name, state);
         snprintf(name, sizeof(name), "peer%d:node_id", i);
