@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,15 +24,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "repl_link.h"
 #include "repl_wire.h"
 
-#define HANDSHAKE_CAP 64
-#define HANDSHAKE_TIMEOUT_S 5
 #define SERVER_CONNS_MAX 256
 #define ACTIONS_MAX 256
 #define PENDING_MAX 32
@@ -533,218 +529,32 @@ void registry_dir_counters(const registry_dir *d, registry_counters *out)
 /* ================================================================= links */
 
 /*
- * One authenticated connection of the registry channel, either side. The
- * handshake is the peer channel's (HELLO / CHALLENGE / PROOF / ACCEPT with
- * the cluster secret); a registry answers with node id 0, which tells a
- * member it reached a registry and not a peer port.
+ * The registry channel runs on the peer channel's links (repl_link.h):
+ * same frames, same handshake with the cluster secret. A registry answers
+ * with node id 0, which tells a member it reached a registry and not a
+ * peer port; a registry refuses a member calling itself 0.
  */
-struct link;
 
-struct link_ops {
-    /* An authenticated frame: 0 goes on, 1 closes quietly, -1 closes and
-     * counts a bad frame. */
-    int (*frame)(struct link *l, const repl_frame *f);
-    void (*ready)(struct link *l);
-    void (*closed)(struct link *l); /* the owner forgets l */
-    void (*failed)(struct link *l, bool auth);
-};
-
-struct link {
-    struct bufferevent *bev;
-    const struct link_ops *ops;
-    void *owner;
-    bool outgoing;
-    bool ready;
-    int hs; /* 0: HELLO/CHALLENGE expected, 1: PROOF/ACCEPT expected */
-    repl_auth auth;
-    uint64_t seq_out, seq_in;
-    uint32_t self_id;
-    uint32_t idle_s; /* read timeout once ready (0 = none) */
-};
-
-static void link_read(struct bufferevent *bev, void *arg);
-static void link_event(struct bufferevent *bev, short what, void *arg);
-
-static struct link *link_new(struct event_base *base, evutil_socket_t fd,
-                             bool outgoing, const char *secret,
-                             uint32_t self_id, const struct link_ops *ops,
-                             void *owner)
+/* Link settings of either side: frames up to 16 KiB, idle timeout. */
+static repl_link_options link_options(const char *secret, uint32_t node_id,
+                                      const registry_timing *t)
 {
-    struct link *l = calloc(1, sizeof(*l));
-    if (!l)
-        return NULL;
-    l->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!l->bev) {
-        free(l);
-        return NULL;
-    }
-    l->ops = ops;
-    l->owner = owner;
-    l->outgoing = outgoing;
-    l->self_id = self_id;
-    l->auth.secret = (const uint8_t *)secret;
-    l->auth.nsecret = strlen(secret);
-    bufferevent_setcb(l->bev, link_read, NULL, link_event, l);
-    struct timeval tv = {HANDSHAKE_TIMEOUT_S, 0};
-    bufferevent_set_timeouts(l->bev, &tv, NULL);
-    bufferevent_enable(l->bev, EV_READ | EV_WRITE);
-    return l;
+    uint64_t ms = 3ull * t->heartbeat_ms + 2000;
+    repl_link_options o = {
+        .secret = secret,
+        .node_id = node_id,
+        .max_payload = REGISTRY_FRAME_MAX,
+        /* Seconds without a frame after which a ready link is dropped. */
+        .idle_s = (uint32_t)((ms + 999) / 1000),
+    };
+    return o;
 }
 
-/* Closes l after telling its owner. */
-static void link_close(struct link *l)
-{
-    l->ops->closed(l);
-    bufferevent_free(l->bev);
-    free(l);
-}
-
-/* Sends one frame (handshake frames carry a zero tag). */
-static int link_send(struct link *l, uint8_t type, const uint8_t *payload,
-                     uint32_t len)
-{
-    uint8_t frame[REGISTRY_FRAME_MAX + REPL_WIRE_HEADER + REPL_WIRE_TAG];
-    const uint8_t *key = NULL;
-    uint64_t seq = 0;
-    if (type != REPL_MSG_HELLO && type != REPL_MSG_CHALLENGE) {
-        key = l->auth.session_key;
-        seq = l->seq_out++;
-    }
-    long n =
-        repl_wire_build(frame, sizeof(frame), type, seq, payload, len, key);
-    if (n < 0)
-        return -1;
-    return evbuffer_add(bufferevent_get_output(l->bev), frame, (size_t)n);
-}
-
-static int link_send_u64(struct link *l, uint8_t type, uint64_t v)
+static int send_u64(repl_link *l, uint8_t type, uint64_t v)
 {
     uint8_t p[8];
     repl_wire_put_u64(p, v);
-    return link_send(l, type, p, 8);
-}
-
-static int link_hello(struct link *l, uint8_t type, const uint8_t *nonce)
-{
-    uint8_t p[4 + REPL_WIRE_NONCE];
-    repl_wire_put_u32(p, l->self_id);
-    memcpy(p + 4, nonce, REPL_WIRE_NONCE);
-    return link_send(l, type, p, sizeof(p));
-}
-
-static int link_proof(struct link *l, uint8_t type, int role)
-{
-    uint8_t p[32];
-    if (repl_wire_proof(&l->auth, role, p) != REPL_WIRE_OK)
-        return -1;
-    return link_send(l, type, p, 32);
-}
-
-/* Handshake frames: 0 goes on, -1 fails the authentication. */
-static int link_handshake(struct link *l, const repl_frame *f)
-{
-    if (l->hs == 0) {
-        uint8_t want = l->outgoing ? REPL_MSG_CHALLENGE : REPL_MSG_HELLO;
-        if (f->type != want || f->length != 4 + REPL_WIRE_NONCE)
-            return -1;
-        uint32_t node = repl_wire_get_u32(f->payload);
-        if (l->outgoing) {
-            /* A registry calls itself 0; anything else is a peer port. */
-            if (node != 0)
-                return -1;
-            l->auth.server_node = 0;
-            memcpy(l->auth.server_nonce, f->payload + 4, REPL_WIRE_NONCE);
-            if (repl_wire_derive(&l->auth) != REPL_WIRE_OK)
-                return -1;
-            l->hs = 1;
-            return link_proof(l, REPL_MSG_PROOF, 0);
-        }
-        if (node == 0)
-            return -1;
-        l->auth.client_node = node;
-        l->auth.server_node = 0;
-        memcpy(l->auth.client_nonce, f->payload + 4, REPL_WIRE_NONCE);
-        if (repl_wire_nonce(l->auth.server_nonce) != REPL_WIRE_OK ||
-            repl_wire_derive(&l->auth) != REPL_WIRE_OK)
-            return -1;
-        l->hs = 1;
-        return link_hello(l, REPL_MSG_CHALLENGE, l->auth.server_nonce);
-    }
-    uint8_t want = l->outgoing ? REPL_MSG_ACCEPT : REPL_MSG_PROOF;
-    if (f->type != want || !repl_wire_proof_ok(&l->auth, l->outgoing ? 1 : 0,
-                                               f->payload, f->length))
-        return -1;
-    if (!l->outgoing && link_proof(l, REPL_MSG_ACCEPT, 1) != 0)
-        return -1;
-    l->ready = true;
-    struct timeval tv = {(time_t)l->idle_s, 0};
-    bufferevent_set_timeouts(l->bev, l->idle_s ? &tv : NULL, NULL);
-    l->ops->ready(l);
-    return 0;
-}
-
-static void link_read(struct bufferevent *bev, void *arg)
-{
-    struct link *l = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    for (;;) {
-        size_t avail = evbuffer_get_length(in);
-        if (avail < REPL_WIRE_HEADER)
-            return;
-        uint8_t *hdr = evbuffer_pullup(in, REPL_WIRE_HEADER);
-        uint32_t length = repl_wire_get_u32(hdr + 4);
-        uint32_t cap = l->ready ? REGISTRY_FRAME_MAX : HANDSHAKE_CAP;
-        size_t need =
-            length <= cap ? repl_wire_frame_size(length) : REPL_WIRE_HEADER;
-        if (avail < need)
-            return;
-        uint8_t *buf = evbuffer_pullup(in, (ssize_t)need);
-        const uint8_t *key = l->hs == 0 ? NULL : l->auth.session_key;
-        repl_frame f;
-        size_t used = 0;
-        int rc = repl_wire_parse(buf, need, key, l->seq_in, cap, &f, &used);
-        if (rc == REPL_WIRE_NEED_MORE)
-            return;
-        if (rc != REPL_WIRE_OK) {
-            l->ops->failed(l, rc == REPL_WIRE_ERR_AUTH);
-            link_close(l);
-            return;
-        }
-        if (key)
-            l->seq_in++;
-        int hr;
-        if (!l->ready) {
-            hr = link_handshake(l, &f);
-            if (hr != 0)
-                l->ops->failed(l, true);
-        } else {
-            hr = l->ops->frame(l, &f);
-            if (hr < 0)
-                l->ops->failed(l, false);
-        }
-        evbuffer_drain(in, used);
-        if (hr != 0) {
-            link_close(l);
-            return;
-        }
-    }
-}
-
-static void link_event(struct bufferevent *bev, short what, void *arg)
-{
-    struct link *l = arg;
-    if (what & BEV_EVENT_CONNECTED) {
-        evutil_socket_t fd = bufferevent_getfd(bev);
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        l->auth.client_node = l->self_id;
-        if (repl_wire_nonce(l->auth.client_nonce) != REPL_WIRE_OK ||
-            link_hello(l, REPL_MSG_HELLO, l->auth.client_nonce) != 0)
-            link_close(l);
-        return;
-    }
-    if (what & (BEV_EVENT_ERROR | BEV_EVENT_EOF | BEV_EVENT_TIMEOUT))
-        link_close(l);
+    return repl_link_send(l, type, p, 8);
 }
 
 /* Resolves "host:port" (or "[v6]:port"). */
@@ -793,18 +603,11 @@ static int resolve(const char *spec, struct sockaddr_storage *ss,
     return REGISTRY_OK;
 }
 
-/* Seconds without a frame after which a ready link is dropped. */
-static uint32_t idle_seconds(const registry_timing *t)
-{
-    uint64_t ms = 3ull * t->heartbeat_ms + 2000;
-    return (uint32_t)((ms + 999) / 1000);
-}
-
 /* =============================================================== server */
 
 struct sconn {
     struct registry_server *s;
-    struct link *l;
+    repl_link *l;
     bool member;    /* the current connection of a registered member */
     uint32_t node;  /* the member (its handshake id) */
     uint64_t epoch; /* view epoch last sent */
@@ -860,7 +663,7 @@ static void send_view(struct registry_server *s, struct sconn *c)
     long len = registry_view_encode(p, sizeof(p), epoch, m, n);
     if (len < 0)
         return;
-    if (link_send(c->l, REPL_MSG_REG_VIEW, p, (uint32_t)len) == 0) {
+    if (repl_link_send(c->l, REPL_MSG_REG_VIEW, p, (uint32_t)len) == 0) {
         c->epoch = epoch;
         RS_ADD(s, views_sent);
     }
@@ -881,7 +684,7 @@ static int server_register(struct sconn *c, const uint8_t *p, size_t len)
     size_t al = p[12];
     char addr[REGISTRY_ADDR_MAX + 1];
     /* A member registers only itself: the id its handshake proved. */
-    if (node != c->l->auth.client_node || al > REGISTRY_ADDR_MAX ||
+    if (node != repl_link_peer_id(c->l) || al > REGISTRY_ADDR_MAX ||
         !addr_ok((const char *)p + 13, al))
         return -1;
     memcpy(addr, p + 13, al);
@@ -902,13 +705,13 @@ static int server_register(struct sconn *c, const uint8_t *p, size_t len)
     }
     pthread_mutex_unlock(&s->lock);
     if (rc == REGISTRY_ERR_STALE)
-        return link_send_u64(c->l, REPL_MSG_REG_REJOIN, known) == 0 ? 0 : -1;
+        return send_u64(c->l, REPL_MSG_REG_REJOIN, known) == 0 ? 0 : -1;
     if (rc == REGISTRY_ERR_FULL) {
         static const char full[] = "registry full";
         uint8_t e[4 + sizeof(full)];
         repl_wire_put_u32(e, 1);
         memcpy(e + 4, full, sizeof(full) - 1);
-        link_send(c->l, REPL_MSG_ERROR, e, (uint32_t)(sizeof(e) - 1));
+        repl_link_send(c->l, REPL_MSG_ERROR, e, (uint32_t)(sizeof(e) - 1));
         return 0;
     }
     return rc == REGISTRY_OK ? 0 : -1;
@@ -932,14 +735,14 @@ static int server_heartbeat(struct sconn *c, const uint8_t *p, size_t len)
         send_view(s, c);
     pthread_mutex_unlock(&s->lock);
     if (rc != REGISTRY_OK)
-        return link_send_u64(c->l, REPL_MSG_REG_REJOIN, known) == 0 ? 0 : -1;
+        return send_u64(c->l, REPL_MSG_REG_REJOIN, known) == 0 ? 0 : -1;
     /* Every heartbeat is answered, so a member notices a dead registry. */
-    return view || link_send_u64(c->l, REPL_MSG_PONG, 0) == 0 ? 0 : -1;
+    return view || send_u64(c->l, REPL_MSG_PONG, 0) == 0 ? 0 : -1;
 }
 
-static int server_frame(struct link *l, const repl_frame *f)
+static int server_frame(void *arg, repl_link *l, const repl_frame *f)
 {
-    struct sconn *c = l->owner;
+    struct sconn *c = arg;
     struct registry_server *s = c->s;
     const uint8_t *p = f->payload;
     uint64_t now = now_ms();
@@ -982,15 +785,16 @@ static int server_frame(struct link *l, const repl_frame *f)
     }
 }
 
-static void server_ready(struct link *l)
+/* The link closed: counts why, tells the directory, forgets c. */
+static void server_closed(void *arg, repl_link *l, int why)
 {
-    (void)l;
-}
-
-static void server_closed(struct link *l)
-{
-    struct sconn *c = l->owner;
+    struct sconn *c = arg;
     struct registry_server *s = c->s;
+    (void)l;
+    if (why == REPL_LINK_CLOSED_AUTH)
+        RS_ADD(s, auth_failures);
+    else if (why == REPL_LINK_CLOSED_BAD_FRAME)
+        RS_ADD(s, bad_frames);
     if (c->member) {
         pthread_mutex_lock(&s->lock);
         registry_dir_connected(s->dir, c->node, false, now_ms());
@@ -1006,17 +810,18 @@ static void server_closed(struct link *l)
     free(c);
 }
 
-static void server_failed(struct link *l, bool auth)
+/* Members have non-zero ids. */
+static bool server_check_id(void *arg, uint32_t node)
 {
-    struct sconn *c = l->owner;
-    if (auth)
-        RS_ADD(c->s, auth_failures);
-    else
-        RS_ADD(c->s, bad_frames);
+    (void)arg;
+    return node != 0;
 }
 
-static const struct link_ops server_ops = {server_frame, server_ready,
-                                           server_closed, server_failed};
+static const repl_link_ops server_ops = {
+    .frame = server_frame,
+    .closed = server_closed,
+    .check_id = server_check_id,
+};
 
 static void server_accept(struct evconnlistener *lis, evutil_socket_t fd,
                           struct sockaddr *sa, int socklen, void *arg)
@@ -1030,21 +835,18 @@ static void server_accept(struct evconnlistener *lis, evutil_socket_t fd,
         evutil_closesocket(fd);
         return;
     }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     struct sconn *c = calloc(1, sizeof(*c));
     if (!c) {
         evutil_closesocket(fd);
         return;
     }
     c->s = s;
-    c->l = link_new(s->base, fd, false, s->secret, 0, &server_ops, c);
+    repl_link_options lo = link_options(s->secret, 0, &s->o.timing);
+    c->l = repl_link_accept(s->base, fd, &lo, &server_ops, c);
     if (!c->l) {
         free(c);
-        evutil_closesocket(fd);
         return;
     }
-    c->l->idle_s = idle_seconds(&s->o.timing);
     c->next = s->conns;
     s->conns = c;
     s->nconns++;
@@ -1073,12 +875,12 @@ static void server_tick(evutil_socket_t fd, short what, void *arg)
         if (!c)
             continue; /* the probe times out */
         if (acts[i].kind == REGISTRY_ACT_PING) {
-            link_send_u64(c->l, REPL_MSG_PING, acts[i].token);
+            send_u64(c->l, REPL_MSG_PING, acts[i].token);
         } else {
             uint8_t p[12];
             repl_wire_put_u64(p, acts[i].token);
             repl_wire_put_u32(p + 8, acts[i].target);
-            link_send(c->l, REPL_MSG_REG_PING_REQ, p, sizeof(p));
+            repl_link_send(c->l, REPL_MSG_REG_PING_REQ, p, sizeof(p));
         }
     }
     if (publishing(s, now)) {
@@ -1209,7 +1011,7 @@ void registry_server_destroy(registry_server *s)
         pthread_join(s->thread, NULL);
     }
     while (s->conns)
-        link_close(s->conns->l);
+        repl_link_close(s->conns->l);
     if (s->lis)
         evconnlistener_free(s->lis);
     if (s->tick)
@@ -1285,7 +1087,7 @@ void registry_server_emit_stats(registry_server *s, stats_emit_fn emit,
 
 struct rlink {
     struct registry_client *c;
-    struct link *l;
+    repl_link *l;
     char name[REGISTRY_ADDR_MAX + 1];
     struct sockaddr_storage addr;
     socklen_t addrlen;
@@ -1348,7 +1150,8 @@ static void client_pick_source(struct registry_client *c, bool force)
 {
     int best = -1;
     for (int i = 0; i < c->nlinks && best < 0; i++)
-        if (c->links[i].l && c->links[i].l->ready && c->links[i].has_view)
+        if (c->links[i].l && repl_link_ready(c->links[i].l) &&
+            c->links[i].has_view)
             best = i;
     if (best < 0) {
         if (c->source >= 0)
@@ -1379,7 +1182,7 @@ static void advertised(struct rlink *k, char *out, size_t n)
          * registry from. */
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
-        evutil_socket_t fd = bufferevent_getfd(k->l->bev);
+        evutil_socket_t fd = repl_link_fd(k->l);
         if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
             getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), NULL,
                         0, NI_NUMERICHOST) == 0)
@@ -1403,7 +1206,8 @@ static void client_register(struct rlink *k)
     repl_wire_put_u64(p + 4, client_inc(k->c));
     p[12] = (uint8_t)al;
     memcpy(p + 13, addr, al);
-    if (link_send(k->l, REPL_MSG_REG_REGISTER, p, (uint32_t)(13 + al)) == 0) {
+    if (repl_link_send(k->l, REPL_MSG_REG_REGISTER, p, (uint32_t)(13 + al)) ==
+        0) {
         k->registered = true;
         k->next_hb = now_ms() + k->c->o.timing.heartbeat_ms;
     }
@@ -1413,13 +1217,13 @@ static void client_ack(struct registry_client *c, int link, uint64_t token,
                        uint32_t target, bool ok)
 {
     struct rlink *k = &c->links[link];
-    if (!k->l || !k->l->ready)
+    if (!k->l || !repl_link_ready(k->l))
         return;
     uint8_t p[13];
     repl_wire_put_u64(p, token);
     repl_wire_put_u32(p + 8, target);
     p[12] = ok ? 1 : 0;
-    link_send(k->l, REPL_MSG_REG_PING_ACK, p, sizeof(p));
+    repl_link_send(k->l, REPL_MSG_REG_PING_ACK, p, sizeof(p));
 }
 
 /* The registry asks us to ping target on its behalf. */
@@ -1440,9 +1244,9 @@ static void client_ping_req(struct rlink *k, uint64_t token, uint32_t target)
     }
 }
 
-static int client_frame(struct link *l, const repl_frame *f)
+static int client_frame(void *arg, repl_link *l, const repl_frame *f)
 {
-    struct rlink *k = l->owner;
+    struct rlink *k = arg;
     struct registry_client *c = k->c;
     const uint8_t *p = f->payload;
     switch (f->type) {
@@ -1468,14 +1272,14 @@ static int client_frame(struct link *l, const repl_frame *f)
         __atomic_store_n(&c->incarnation, inc, __ATOMIC_RELAXED);
         /* Every registry learns the new incarnation. */
         for (int i = 0; i < c->nlinks; i++)
-            if (c->links[i].l && c->links[i].l->ready)
+            if (c->links[i].l && repl_link_ready(c->links[i].l))
                 client_register(&c->links[i]);
         return 0;
     }
     case REPL_MSG_PING:
         if (f->length != 8)
             return -1;
-        return link_send(l, REPL_MSG_PONG, p, 8) == 0 ? 0 : -1;
+        return repl_link_send(l, REPL_MSG_PONG, p, 8) == 0 ? 0 : -1;
     case REPL_MSG_PONG:
         return f->length == 8 ? 0 : -1; /* a heartbeat's answer */
     case REPL_MSG_REG_PING_REQ:
@@ -1490,19 +1294,20 @@ static int client_frame(struct link *l, const repl_frame *f)
     }
 }
 
-static void client_ready(struct link *l)
+static void client_ready(void *arg, repl_link *l)
 {
-    struct rlink *k = l->owner;
+    struct rlink *k = arg;
+    (void)l;
     k->backoff_ms = 0;
     __atomic_fetch_add(&k->c->connected, 1, __ATOMIC_RELAXED);
     client_register(k);
 }
 
-static void client_closed(struct link *l)
+/* k has no connection any more: dial again after a backoff. */
+static void client_lost(struct rlink *k, bool was_ready)
 {
-    struct rlink *k = l->owner;
     struct registry_client *c = k->c;
-    if (l->ready)
+    if (was_ready)
         __atomic_fetch_sub(&c->connected, 1, __ATOMIC_RELAXED);
     k->l = NULL;
     k->registered = false;
@@ -1520,27 +1325,34 @@ static void client_closed(struct link *l)
         client_pick_source(c, true);
 }
 
-static void client_failed(struct link *l, bool auth)
+static void client_closed(void *arg, repl_link *l, int why)
 {
-    (void)l;
-    (void)auth;
+    (void)why;
+    client_lost(arg, repl_link_ready(l));
 }
 
-static const struct link_ops client_ops = {client_frame, client_ready,
-                                           client_closed, client_failed};
+/* A registry calls itself 0; anything else is a peer port. */
+static bool client_check_id(void *arg, uint32_t node)
+{
+    (void)arg;
+    return node == 0;
+}
+
+static const repl_link_ops client_ops = {
+    .frame = client_frame,
+    .ready = client_ready,
+    .closed = client_closed,
+    .check_id = client_check_id,
+};
 
 static void client_dial(struct rlink *k)
 {
     struct registry_client *c = k->c;
-    struct link *l =
-        link_new(c->base, -1, true, c->secret, c->o.node_id, &client_ops, k);
-    if (!l)
-        return;
-    l->idle_s = idle_seconds(&c->o.timing);
-    k->l = l;
-    if (bufferevent_socket_connect(l->bev, (struct sockaddr *)&k->addr,
-                                   (int)k->addrlen) != 0)
-        link_close(l);
+    repl_link_options o = link_options(c->secret, c->o.node_id, &c->o.timing);
+    int rc = repl_link_dial(c->base, (struct sockaddr *)&k->addr, k->addrlen,
+                            &o, &client_ops, k, &k->l);
+    if (rc == REPL_LINK_ERR_CONNECT)
+        client_lost(k, false);
 }
 
 static void client_tick_arm(struct registry_client *c)
@@ -1563,11 +1375,11 @@ static void client_tick(evutil_socket_t fd, short what, void *arg)
                 client_dial(k);
             continue;
         }
-        if (k->l->ready && k->registered && now >= k->next_hb) {
+        if (repl_link_ready(k->l) && k->registered && now >= k->next_hb) {
             uint8_t p[16];
             repl_wire_put_u64(p, client_inc(c));
             repl_wire_put_u64(p + 8, k->has_view ? k->epoch : 0);
-            link_send(k->l, REPL_MSG_REG_HEARTBEAT, p, sizeof(p));
+            repl_link_send(k->l, REPL_MSG_REG_HEARTBEAT, p, sizeof(p));
             k->next_hb = now + c->o.timing.heartbeat_ms;
         }
     }
@@ -1692,24 +1504,17 @@ void registry_client_leave(registry_client *c)
         struct rlink *k = &c->links[i];
         if (!k->l)
             continue;
-        struct evbuffer *out = bufferevent_get_output(k->l->bev);
         /*
          * The loop stops next, so the frame goes out now, straight on the
-         * socket (a bufferevent's output cannot be flushed by hand). With
-         * older frames still queued it is skipped: the registry's probes
-         * find out instead.
+         * socket. With older frames still queued it is skipped: the
+         * registry's probes find out instead.
          */
-        if (k->l->ready && k->registered && evbuffer_get_length(out) == 0) {
-            uint8_t p[8], frame[8 + REPL_WIRE_HEADER + REPL_WIRE_TAG];
+        if (repl_link_ready(k->l) && k->registered) {
+            uint8_t p[8];
             repl_wire_put_u64(p, client_inc(c));
-            long n =
-                repl_wire_build(frame, sizeof(frame), REPL_MSG_REG_LEAVE,
-                                k->l->seq_out++, p, 8, k->l->auth.session_key);
-            if (n > 0)
-                (void)!send(bufferevent_getfd(k->l->bev), frame, (size_t)n,
-                            MSG_NOSIGNAL | MSG_DONTWAIT);
+            repl_link_send_now(k->l, REPL_MSG_REG_LEAVE, p, 8);
         }
-        link_close(k->l);
+        repl_link_close(k->l);
     }
 }
 
@@ -1720,7 +1525,7 @@ void registry_client_destroy(registry_client *c)
     c->leaving = true;
     for (int i = 0; i < c->nlinks; i++) {
         if (c->links[i].l)
-            link_close(c->links[i].l);
+            repl_link_close(c->links[i].l);
         free(c->links[i].view);
     }
     if (c->tick)

@@ -1,6 +1,6 @@
 /*
- * repl.c -- the replication thread: peer connections, the authenticated
- * handshake, reconciliation rounds (initiator and responder), bulk
+ * repl.c -- the replication thread: peer connections (authenticated links,
+ * repl_link.h), reconciliation rounds (initiator and responder), bulk
  * transfer and eager push. See repl.h for the overview and
  * replication/README.md for the protocol and the decisions behind it.
  *
@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "repl_link.h"
 #include "repl_wire.h"
 
 /* ============================================================= limits */
@@ -42,7 +40,6 @@
 #define RECORDS_FRAME (1u << 20)   /* records per MUTATIONS frame, bytes */
 #define OUT_HIGH_WATER (16u << 20) /* a peer this far behind gets no push */
 #define BULK_LOW_WATER (1u << 20)  /* refill bulk output below this */
-#define HANDSHAKE_TIMEOUT_S 5
 #define BACKOFF_MAX_MS 2000
 #define DECODER_FIRST 8192
 #define ENCODER_SPARES 2 /* encoders kept for the next rounds */
@@ -118,23 +115,16 @@ struct nstats {
 struct repl;
 struct peer;
 
-enum conn_state { C_HELLO, C_PROOF, C_READY };
-
 /* One peer connection, either direction. */
 struct conn {
     struct repl *r;
-    struct bufferevent *bev;
+    repl_link *link; /* the connection itself: handshake, frames, flow */
     bool outgoing;
     struct peer *peer; /* outgoing: its peer; incoming: NULL */
-    enum conn_state state;
-    repl_auth auth;
-    uint64_t seq_out, seq_in;
     /* responder: the sketch snapshot of the current round */
     riblt_symbol *snap;
     int64_t snap_size;
     riblt_encoder *enc; /* the stream beyond the sketch */
-    bool read_paused;   /* output over OUT_HIGH_WATER: not reading */
-    bool closing;       /* close once the output is sent */
     /* responder: when the peer's current round began (0 = none) */
     uint64_t serving_since_ns;
     /* responder: a bulk transfer in progress */
@@ -338,17 +328,19 @@ static int peers_parse(struct repl *r, const char *list, char *err,
 
 /* ======================================================== connections */
 
-static void conn_free(struct conn *c);
 static void encoder_put(struct repl *r, riblt_encoder *enc);
 static void round_fail(struct peer *p, const char *why);
-static void on_read(struct bufferevent *bev, void *arg);
-static void on_write(struct bufferevent *bev, void *arg);
-static void on_event(struct bufferevent *bev, short what, void *arg);
+static int conn_frame(void *arg, repl_link *l, const repl_frame *f);
+static void conn_ready(void *arg, repl_link *l);
+static void conn_closed(void *arg, repl_link *l, int why);
+static void conn_writable(void *arg, repl_link *l);
 
-static struct pstats *conn_stats(struct conn *c)
-{
-    return c->peer ? &c->peer->st : NULL;
-}
+static const repl_link_ops conn_ops = {
+    .frame = conn_frame,
+    .ready = conn_ready,
+    .closed = conn_closed,
+    .writable = conn_writable,
+};
 
 /* Makes sure the scratch buffer holds at least n bytes. */
 static bool scratch_fit(struct repl *r, size_t n)
@@ -366,80 +358,103 @@ static bool scratch_fit(struct repl *r, size_t n)
     return true;
 }
 
-/* Payload area of the scratch buffer (frames are built around it). */
+/* Where payloads are written before conn_send frames them. */
 static uint8_t *payload_area(struct repl *r)
 {
-    return r->scratch + REPL_WIRE_HEADER;
+    return r->scratch;
+}
+
+/* Sends a frame whose payload the caller wrote at payload_area(r). */
+static int conn_send(struct conn *c, uint8_t type, uint32_t len)
+{
+    return repl_link_send(c->link, type, payload_area(c->r), len) ==
+                   REPL_LINK_OK
+               ? 0
+               : -1;
 }
 
 /*
- * Sends a frame whose payload the caller wrote at payload_area(r). Frames
- * before the session key exists (HELLO/CHALLENGE) carry a zero tag.
+ * The link settings of a connection: the peer's counters for an outgoing
+ * one, the node's serving counters for an incoming one.
  */
-static int conn_send(struct conn *c, uint8_t type, uint32_t len)
+static repl_link_options conn_options(struct conn *c)
 {
     struct repl *r = c->r;
-    const uint8_t *key = NULL;
-    uint64_t seq = 0;
-    if (type != REPL_MSG_HELLO && type != REPL_MSG_CHALLENGE) {
-        key = c->auth.session_key;
-        seq = c->seq_out++;
-    }
-    long n = repl_wire_build(r->scratch, r->scratch_cap, type, seq,
-                             payload_area(r), len, key);
-    if (n < 0)
-        return -1;
-    if (evbuffer_add(bufferevent_get_output(c->bev), r->scratch, (size_t)n) !=
-        0)
-        return -1;
-    struct pstats *st = conn_stats(c);
-    if (st)
-        PST_ADD(st, bytes_sent, n);
-    else
-        PST_ADD(&r->st, served_bytes_sent, n);
-    return 0;
+    struct peer *p = c->peer;
+    repl_link_options o = {
+        .secret = r->secret,
+        .node_id = r->o.node_id,
+        .detect_self = true,
+        .max_payload = REPL_WIRE_MAX_PAYLOAD,
+        .out_high_water = OUT_HIGH_WATER,
+        /* conn_writable runs whenever the output drains to 1 MiB. */
+        .write_low_water = BULK_LOW_WATER,
+        .bytes_sent = p ? &p->st.bytes_sent : &r->st.served_bytes_sent,
+        .bytes_recv = p ? &p->st.bytes_recv : &r->st.served_bytes_recv,
+        .connects = p ? &p->st.connects : NULL,
+    };
+    return o;
 }
 
-static struct conn *conn_new(struct repl *r, evutil_socket_t fd, bool outgoing)
-{
-    struct conn *c = calloc(1, sizeof(*c));
-    if (!c)
-        return NULL;
-    c->r = r;
-    c->outgoing = outgoing;
-    c->state = C_HELLO;
-    c->auth.secret = (const uint8_t *)r->secret;
-    c->auth.nsecret = strlen(r->secret);
-    c->bev = bufferevent_socket_new(r->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!c->bev) {
-        free(c);
-        return NULL;
-    }
-    bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
-    /* on_write runs whenever the output drains to 1 MiB or less. */
-    bufferevent_setwatermark(c->bev, EV_WRITE, BULK_LOW_WATER, 0);
-    struct timeval tv = {HANDSHAKE_TIMEOUT_S, 0};
-    bufferevent_set_timeouts(c->bev, &tv, NULL);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-    return c;
-}
-
-/* Closes a connection and forgets it everywhere. */
+/* Closes a connection; conn_closed forgets it everywhere. */
 static void conn_free(struct conn *c)
 {
+    repl_link_close(c->link);
+}
+
+/* An outgoing connection is gone: fail its round, retry after a backoff. */
+static void peer_lost(struct peer *p)
+{
+    if (p->round.active)
+        round_fail(p, "connection closed");
+    /* Stores the stats reader may see: atomic (it only tests them). */
+    __atomic_store_n(&p->conn, NULL, __ATOMIC_RELAXED);
+    p->connecting = false;
+    p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 50;
+    if (p->backoff_ms > BACKOFF_MAX_MS)
+        p->backoff_ms = BACKOFF_MAX_MS;
+    p->retry_at_ns = now_ns() + (uint64_t)p->backoff_ms * 1000000ull;
+}
+
+static void count_auth_failure(struct conn *c)
+{
+    PST_ADD(&c->r->st, auth_failures, 1);
+    if (c->peer)
+        PST_ADD(&c->peer->st, auth_failures, 1);
+}
+
+/*
+ * The link closed (repl_link_ops.closed): counts why, and forgets the
+ * connection in its peer or in the incoming list. c is freed.
+ */
+static void conn_closed(void *arg, repl_link *l, int why)
+{
+    struct conn *c = arg;
     struct repl *r = c->r;
-    if (c->outgoing && c->peer) {
-        struct peer *p = c->peer;
-        if (p->round.active)
-            round_fail(p, "connection closed");
-        /* Stores the stats reader may see: atomic (it only tests them). */
-        __atomic_store_n(&p->conn, NULL, __ATOMIC_RELAXED);
-        p->connecting = false;
-        p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 50;
-        if (p->backoff_ms > BACKOFF_MAX_MS)
-            p->backoff_ms = BACKOFF_MAX_MS;
-        p->retry_at_ns = now_ns() + (uint64_t)p->backoff_ms * 1000000ull;
+    switch (why) {
+    case REPL_LINK_CLOSED_AUTH:
+        count_auth_failure(c);
+        break;
+    case REPL_LINK_CLOSED_BAD_FRAME:
+        PST_ADD(&r->st, bad_frames, 1);
+        break;
+    case REPL_LINK_CLOSED_NET:
+        if (c->outgoing && !repl_link_ready(l))
+            PST_ADD(&c->peer->st, connect_failures, 1);
+        break;
+    case REPL_LINK_CLOSED_SELF:
+        /*
+         * Our own address in the peer list: the dialling side never dials
+         * that entry again; neither side counts it as a failure.
+         */
+        if (c->outgoing)
+            __atomic_store_n(&c->peer->self, true, __ATOMIC_RELAXED);
+        break;
+    default:
+        break;
     }
+    if (c->outgoing && c->peer)
+        peer_lost(c->peer);
     if (!c->outgoing) {
         for (struct conn **pp = &r->incoming; *pp; pp = &(*pp)->next) {
             if (*pp == c) {
@@ -449,7 +464,6 @@ static void conn_free(struct conn *c)
             }
         }
     }
-    bufferevent_free(c->bev);
     free(c->snap);
     encoder_put(r, c->enc);
     free(c->bulk_ids);
@@ -459,7 +473,7 @@ static void conn_free(struct conn *c)
 static void send_error(struct conn *c, const char *text)
 {
     size_t n = strlen(text);
-    if (c->state != C_READY || !scratch_fit(c->r, n + 64))
+    if (!repl_link_ready(c->link) || !scratch_fit(c->r, n + 4))
         return;
     uint8_t *p = payload_area(c->r);
     repl_wire_put_u32(p, 1);
@@ -491,7 +505,7 @@ static size_t send_records(struct conn *c, const riblt_id *ids, size_t n,
 {
     struct repl *r = c->r;
     size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
-    if (!scratch_fit(r, cap + REPL_WIRE_HEADER + REPL_WIRE_TAG))
+    if (!scratch_fit(r, cap))
         return 0;
     uint8_t *p = payload_area(r);
     size_t len = 5, count = 0, sent = 0;
@@ -712,7 +726,7 @@ static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
         c->serving_since_ns = now_ns();
     }
     size_t body = 16 + (size_t)count * RIBLT_SYMBOL_WIRE_SIZE;
-    if (!scratch_fit(r, body + REPL_WIRE_HEADER + REPL_WIRE_TAG))
+    if (!scratch_fit(r, body))
         return -1;
     uint8_t *out = payload_area(r);
     repl_wire_put_u64(out, offset);
@@ -746,8 +760,7 @@ static int serve_fetch(struct conn *c, const uint8_t *p, size_t len)
 /* Sends the next slice of a bulk transfer; called as the output drains. */
 static void bulk_continue(struct conn *c)
 {
-    struct evbuffer *out = bufferevent_get_output(c->bev);
-    while (c->bulk_ids && evbuffer_get_length(out) < BULK_LOW_WATER) {
+    while (c->bulk_ids && repl_link_output_length(c->link) < BULK_LOW_WATER) {
         size_t k = c->bulk_n - c->bulk_pos;
         if (k > 4096)
             k = 4096;
@@ -814,7 +827,8 @@ static int serve(struct conn *c, const repl_frame *f)
 static bool peer_serving(struct repl *r, const struct peer *p, uint64_t now)
 {
     for (struct conn *c = r->incoming; c; c = c->next)
-        if (c->state == C_READY && c->auth.client_node == p->node_id &&
+        if (repl_link_ready(c->link) &&
+            repl_link_peer_id(c->link) == p->node_id &&
             c->serving_since_ns != 0 &&
             now - c->serving_since_ns <
                 (uint64_t)r->o.round_timeout_ms * 1000000ull)
@@ -939,7 +953,7 @@ static int round_exchange(struct repl *r, struct peer *p)
         size_t k = rd->nwanted - at;
         if (k > FETCH_IDS_MAX)
             k = FETCH_IDS_MAX;
-        if (!scratch_fit(r, k * 16 + 64))
+        if (!scratch_fit(r, k * 16))
             return -1;
         uint8_t *q = payload_area(r);
         for (size_t i = 0; i < k; i++)
@@ -1070,216 +1084,41 @@ static int on_reply(struct conn *c, const repl_frame *f)
     }
 }
 
-/* ========================================================== handshake */
+/* ====================================================== link callbacks */
 
-static int send_hello(struct conn *c, uint8_t type, const uint8_t *nonce)
+/* An authenticated frame: a reply (outgoing) or a request (incoming). */
+static int conn_frame(void *arg, repl_link *l, const repl_frame *f)
 {
-    uint8_t *q = payload_area(c->r);
-    repl_wire_put_u32(q, c->r->o.node_id);
-    memcpy(q + 4, nonce, REPL_WIRE_NONCE);
-    return conn_send(c, type, 4 + REPL_WIRE_NONCE);
+    struct conn *c = arg;
+    (void)l;
+    return c->outgoing ? on_reply(c, f) : serve(c, f);
 }
 
-static int send_proof(struct conn *c, uint8_t type, int role)
+static void conn_ready(void *arg, repl_link *l)
 {
-    uint8_t *q = payload_area(c->r);
-    if (repl_wire_proof(&c->auth, role, q) != REPL_WIRE_OK)
-        return -1;
-    return conn_send(c, type, 32);
-}
-
-static void conn_ready(struct conn *c)
-{
-    c->state = C_READY;
-    bufferevent_set_timeouts(c->bev, NULL, NULL);
+    struct conn *c = arg;
     if (c->peer) {
         c->peer->connecting = false;
         c->peer->backoff_ms = 0;
-        c->peer->node_id = c->auth.server_node;
+        __atomic_store_n(&c->peer->node_id, repl_link_peer_id(l),
+                         __ATOMIC_RELAXED);
     }
 }
 
-/*
- * Handshake frames. Returns 0 to go on, -1 to drop the connection as a
- * failed authentication, 1 to drop it quietly (we dialled ourselves).
- */
-static int handshake(struct conn *c, const repl_frame *f)
-{
-    struct repl *r = c->r;
-    if (c->state == C_HELLO) {
-        uint8_t want = c->outgoing ? REPL_MSG_CHALLENGE : REPL_MSG_HELLO;
-        if (f->type != want || f->length != 4 + REPL_WIRE_NONCE)
-            return -1;
-        uint32_t node = repl_wire_get_u32(f->payload);
-        if (node == r->o.node_id) {
-            /*
-             * Our own address in the peer list. The dialling side learns
-             * it from the CHALLENGE carrying its own id and never dials
-             * that entry again; neither side counts it as a failure.
-             */
-            if (c->outgoing) {
-                __atomic_store_n(&c->peer->self, true, __ATOMIC_RELAXED);
-                return 1;
-            }
-            send_hello(c, REPL_MSG_CHALLENGE, c->auth.client_nonce);
-            c->closing = true;
-            return 0;
-        }
-        if (c->outgoing) {
-            c->auth.server_node = node;
-            memcpy(c->auth.server_nonce, f->payload + 4, REPL_WIRE_NONCE);
-            if (repl_wire_derive(&c->auth) != REPL_WIRE_OK)
-                return -1;
-            c->state = C_PROOF;
-            return send_proof(c, REPL_MSG_PROOF, 0);
-        }
-        c->auth.client_node = node;
-        c->auth.server_node = r->o.node_id;
-        memcpy(c->auth.client_nonce, f->payload + 4, REPL_WIRE_NONCE);
-        if (repl_wire_nonce(c->auth.server_nonce) != REPL_WIRE_OK ||
-            repl_wire_derive(&c->auth) != REPL_WIRE_OK)
-            return -1;
-        c->state = C_PROOF;
-        return send_hello(c, REPL_MSG_CHALLENGE, c->auth.server_nonce);
-    }
-    /* C_PROOF: the frame was already authenticated with the session key. */
-    uint8_t want = c->outgoing ? REPL_MSG_ACCEPT : REPL_MSG_PROOF;
-    if (f->type != want || !repl_wire_proof_ok(&c->auth, c->outgoing ? 1 : 0,
-                                               f->payload, f->length))
-        return -1;
-    if (!c->outgoing && send_proof(c, REPL_MSG_ACCEPT, 1) != 0)
-        return -1;
-    conn_ready(c);
-    return 0;
-}
-
-/* ===================================================== event callbacks */
-
-static void count_auth_failure(struct conn *c)
-{
-    PST_ADD(&c->r->st, auth_failures, 1);
-    if (c->peer)
-        PST_ADD(&c->peer->st, auth_failures, 1);
-}
-
-static void on_read(struct bufferevent *bev, void *arg)
+/* The output drained to BULK_LOW_WATER: a bulk transfer goes on. */
+static void conn_writable(void *arg, repl_link *l)
 {
     struct conn *c = arg;
-    struct repl *r = c->r;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    struct evbuffer *out = bufferevent_get_output(bev);
-    for (;;) {
-        /*
-         * A peer that sends requests but does not read the answers stops
-         * being read (TCP pushes back on it) until its output drains.
-         */
-        if (evbuffer_get_length(out) > OUT_HIGH_WATER) {
-            bufferevent_disable(bev, EV_READ);
-            c->read_paused = true;
-            return;
-        }
-        size_t avail = evbuffer_get_length(in);
-        if (avail < REPL_WIRE_HEADER)
-            return;
-        uint8_t *hdr = evbuffer_pullup(in, REPL_WIRE_HEADER);
-        uint32_t length = repl_wire_get_u32(hdr + 4);
-        uint32_t cap = c->state == C_READY ? REPL_WIRE_MAX_PAYLOAD : 64;
-        size_t need =
-            length <= cap ? repl_wire_frame_size(length) : REPL_WIRE_HEADER;
-        if (avail < need)
-            return;
-        uint8_t *buf = evbuffer_pullup(in, (ssize_t)need);
-        repl_frame f;
-        size_t used = 0;
-        const uint8_t *key = c->state == C_HELLO ? NULL : c->auth.session_key;
-        int rc = repl_wire_parse(buf, need, key, c->seq_in, cap, &f, &used);
-        if (rc == REPL_WIRE_NEED_MORE)
-            return;
-        if (rc != REPL_WIRE_OK) {
-            if (rc == REPL_WIRE_ERR_AUTH)
-                count_auth_failure(c);
-            else
-                PST_ADD(&r->st, bad_frames, 1);
-            conn_free(c);
-            return;
-        }
-        if (key)
-            c->seq_in++;
-        if (c->peer)
-            PST_ADD(&c->peer->st, bytes_recv, used);
-        else
-            PST_ADD(&r->st, served_bytes_recv, used);
-        int hr;
-        if (c->state != C_READY) {
-            hr = handshake(c, &f);
-            if (hr < 0)
-                count_auth_failure(c);
-        } else {
-            hr = c->outgoing ? on_reply(c, &f) : serve(c, &f);
-            if (hr != 0)
-                PST_ADD(&r->st, bad_frames, 1);
-        }
-        evbuffer_drain(in, used);
-        if (hr != 0) {
-            conn_free(c);
-            return;
-        }
-        if (c->closing) {
-            /* Nothing more is read; on_write closes once it is sent. */
-            struct timeval tv = {HANDSHAKE_TIMEOUT_S, 0};
-            bufferevent_disable(bev, EV_READ);
-            bufferevent_set_timeouts(bev, NULL, &tv);
-            return;
-        }
-    }
-}
-
-/* Called when the output drains below the write low watermark. */
-static void on_write(struct bufferevent *bev, void *arg)
-{
-    struct conn *c = arg;
-    if (c->closing) {
-        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-            conn_free(c);
-        return;
-    }
+    (void)l;
     if (c->bulk_ids)
         bulk_continue(c);
-    if (c->read_paused && evbuffer_get_length(bufferevent_get_output(bev)) <=
-                              OUT_HIGH_WATER / 2) {
-        c->read_paused = false;
-        bufferevent_enable(bev, EV_READ);
-        on_read(bev, c); /* frames may be waiting in the input already */
-    }
 }
 
-static void on_event(struct bufferevent *bev, short what, void *arg)
-{
-    struct conn *c = arg;
-    (void)bev;
-    if (what & BEV_EVENT_CONNECTED) {
-        evutil_socket_t fd = bufferevent_getfd(c->bev);
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        PST_ADD(&c->peer->st, connects, 1);
-        c->auth.client_node = c->r->o.node_id;
-        if (repl_wire_nonce(c->auth.client_nonce) != REPL_WIRE_OK ||
-            send_hello(c, REPL_MSG_HELLO, c->auth.client_nonce) != 0)
-            conn_free(c);
-        return;
-    }
-    if (what & (BEV_EVENT_ERROR | BEV_EVENT_EOF | BEV_EVENT_TIMEOUT)) {
-        if (c->outgoing && c->state != C_READY)
-            PST_ADD(&c->peer->st, connect_failures, 1);
-        conn_free(c);
-    }
-}
-
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
+static void on_accept(struct evconnlistener *lis, evutil_socket_t fd,
                       struct sockaddr *sa, int socklen, void *arg)
 {
     struct repl *r = arg;
-    (void)l;
+    (void)lis;
     (void)sa;
     (void)socklen;
     if (r->nincoming >= INCOMING_MAX) {
@@ -1287,11 +1126,16 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
         evutil_closesocket(fd);
         return;
     }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct conn *c = conn_new(r, fd, false);
+    struct conn *c = calloc(1, sizeof(*c));
     if (!c) {
         evutil_closesocket(fd);
+        return;
+    }
+    c->r = r;
+    repl_link_options o = conn_options(c);
+    c->link = repl_link_accept(r->base, fd, &o, &conn_ops, c);
+    if (!c->link) {
+        free(c);
         return;
     }
     c->next = r->incoming;
@@ -1301,22 +1145,30 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 
 static void peer_connect(struct repl *r, struct peer *p)
 {
-    struct conn *c = conn_new(r, -1, true);
+    struct conn *c = calloc(1, sizeof(*c));
     if (!c)
         return;
+    c->r = r;
+    c->outgoing = true;
     c->peer = p;
+    repl_link_options o = conn_options(c);
+    int rc = repl_link_dial(r->base, (struct sockaddr *)&p->addr, p->addrlen,
+                            &o, &conn_ops, c, &c->link);
+    if (rc != REPL_LINK_OK) {
+        free(c);
+        if (rc == REPL_LINK_ERR_CONNECT) {
+            PST_ADD(&p->st, connect_failures, 1);
+            peer_lost(p);
+        }
+        return;
+    }
     __atomic_store_n(&p->conn, c, __ATOMIC_RELAXED);
     p->connecting = true;
-    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&p->addr,
-                                   (int)p->addrlen) != 0) {
-        PST_ADD(&p->st, connect_failures, 1);
-        conn_free(c);
-    }
 }
 
 static bool peer_ready(const struct peer *p)
 {
-    return p->conn && p->conn->state == C_READY;
+    return p->conn && repl_link_ready(p->conn->link);
 }
 
 /*
@@ -1512,8 +1364,7 @@ static void push_frame(struct repl *r, size_t len, uint32_t count)
         struct peer *p = &r->peers[i];
         if (!peer_ready(p))
             continue;
-        struct evbuffer *out = bufferevent_get_output(p->conn->bev);
-        if (evbuffer_get_length(out) > OUT_HIGH_WATER) {
+        if (repl_link_output_length(p->conn->link) > OUT_HIGH_WATER) {
             PST_ADD(&p->st, push_dropped, count);
             continue;
         }
@@ -1533,7 +1384,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     ssize_t rn = read(fd, &v, sizeof(v));
     (void)rn;
     size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
-    if (!scratch_fit(r, cap + REPL_WIRE_HEADER + REPL_WIRE_TAG))
+    if (!scratch_fit(r, cap))
         return;
     for (;;) {
         store_item *batch[512];
