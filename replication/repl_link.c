@@ -159,7 +159,16 @@ int repl_link_send_now(repl_link *l, uint8_t type, const uint8_t *payload,
 {
     if (l->state != L_READY || l->closing || l->dead)
         return REPL_LINK_ERR_STATE;
-    if (evbuffer_get_length(bufferevent_get_output(l->bev)) != 0)
+    /*
+     * Frames already queued (a heartbeat, a probe reply) go first, as far
+     * as the socket takes them now; the frame is sent only behind a whole
+     * queue, never in the middle of one.
+     */
+    struct evbuffer *out = bufferevent_get_output(l->bev);
+    while (evbuffer_get_length(out) != 0)
+        if (evbuffer_write(out, bufferevent_getfd(l->bev)) <= 0)
+            break;
+    if (evbuffer_get_length(out) != 0)
         return REPL_LINK_ERR_BUSY;
     if (len > REPL_WIRE_MAX_PAYLOAD)
         return REPL_LINK_ERR_FRAME;

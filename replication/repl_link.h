@@ -146,9 +146,10 @@ int repl_link_send(repl_link *l, uint8_t type, const uint8_t *payload,
 
 /*
  * Writes one authenticated frame straight on the socket, without the
- * event loop (for a last frame as the loop stops). Only when nothing else
- * is queued (REPL_LINK_ERR_BUSY); the frame may still be lost if the
- * socket cannot take it at once.
+ * event loop (for a last frame as the loop stops). Frames already queued
+ * are written first; if the socket does not take all of them at once,
+ * REPL_LINK_ERR_BUSY and nothing is sent. The frame may still be lost if
+ * the socket cannot take it at once.
  */
 int repl_link_send_now(repl_link *l, uint8_t type, const uint8_t *payload,
                        uint32_t len);
