@@ -557,52 +557,6 @@ static int send_u64(repl_link *l, uint8_t type, uint64_t v)
     return repl_link_send(l, type, p, 8);
 }
 
-/* Resolves "host:port" (or "[v6]:port"). */
-static int resolve(const char *spec, struct sockaddr_storage *ss,
-                   socklen_t *len, char *err, size_t nerr)
-{
-    char buf[REGISTRY_ADDR_MAX + 1];
-    size_t n = strlen(spec);
-    if (n == 0 || n >= sizeof(buf)) {
-        snprintf(err, nerr, "registry address '%.64s' is empty or too long",
-                 spec);
-        return REGISTRY_ERR_CONFIG;
-    }
-    memcpy(buf, spec, n + 1);
-    char *host = buf, *colon = strrchr(buf, ':');
-    if (!colon || colon == buf || colon[1] == '\0') {
-        snprintf(err, nerr, "registry '%s' is not host:port", spec);
-        return REGISTRY_ERR_CONFIG;
-    }
-    *colon = '\0';
-    if (host[0] == '[') {
-        size_t hl = strlen(host);
-        if (hl < 2 || host[hl - 1] != ']') {
-            snprintf(err, nerr, "registry '%s' has a bad IPv6 address", spec);
-            return REGISTRY_ERR_CONFIG;
-        }
-        host[hl - 1] = '\0';
-        host++;
-    }
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port < 1 || port > 65535) {
-        snprintf(err, nerr, "registry '%s' has a bad port", spec);
-        return REGISTRY_ERR_CONFIG;
-    }
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_socktype = SOCK_STREAM;
-    int rc = getaddrinfo(host, colon + 1, &hints, &res);
-    if (rc != 0 || !res) {
-        snprintf(err, nerr, "registry '%s': %s", spec, gai_strerror(rc));
-        return REGISTRY_ERR_CONFIG;
-    }
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len = res->ai_addrlen;
-    freeaddrinfo(res);
-    return REGISTRY_OK;
-}
-
 /* =============================================================== server */
 
 struct sconn {
@@ -1460,7 +1414,8 @@ registry_client *registry_client_create(struct event_base *base,
             snprintf(err, nerr, "out of memory");
             goto fail;
         }
-        if (resolve(k->name, &k->addr, &k->addrlen, err, nerr) != REGISTRY_OK)
+        if (repl_link_resolve("registry", k->name, strlen(k->name), &k->addr,
+                              &k->addrlen, err, nerr) != 0)
             goto fail;
         p = e;
     }

@@ -251,50 +251,15 @@ void repl_options_default(repl_options *o)
     registry_timing_default(&o->timing);
 }
 
-/* Resolves "host:port" (or "[v6]:port") into p->addr. */
+/* Resolves "host:port" (or "[v6]:port") into p->addr; p->name keeps it. */
 static int peer_parse(struct peer *p, const char *spec, size_t n, char *err,
                       size_t nerr)
 {
-    char buf[128];
-    if (n == 0 || n >= sizeof(buf)) {
-        snprintf(err, nerr, "peer address '%.*s' is empty or too long",
-                 (int)(n > 64 ? 64 : n), spec);
+    if (repl_link_resolve("peer", spec, n, &p->addr, &p->addrlen, err, nerr) !=
+        0)
         return REPL_ERR_CONFIG;
-    }
-    memcpy(buf, spec, n);
-    buf[n] = '\0';
-    memcpy(p->name, buf, n + 1);
-    char *host = buf, *colon = strrchr(buf, ':');
-    if (!colon || colon == buf || colon[1] == '\0') {
-        snprintf(err, nerr, "peer '%s' is not host:port", p->name);
-        return REPL_ERR_CONFIG;
-    }
-    *colon = '\0';
-    if (host[0] == '[') {
-        size_t hl = strlen(host);
-        if (hl < 2 || host[hl - 1] != ']') {
-            snprintf(err, nerr, "peer '%s' has a bad IPv6 address", p->name);
-            return REPL_ERR_CONFIG;
-        }
-        host[hl - 1] = '\0';
-        host++;
-    }
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port < 1 || port > 65535) {
-        snprintf(err, nerr, "peer '%s' has a bad port", p->name);
-        return REPL_ERR_CONFIG;
-    }
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_socktype = SOCK_STREAM;
-    int rc = getaddrinfo(host, colon + 1, &hints, &res);
-    if (rc != 0 || !res) {
-        snprintf(err, nerr, "peer '%s': %s", p->name, gai_strerror(rc));
-        return REPL_ERR_CONFIG;
-    }
-    memcpy(&p->addr, res->ai_addr, res->ai_addrlen);
-    p->addrlen = res->ai_addrlen;
-    freeaddrinfo(res);
+    memcpy(p->name, spec, n);
+    p->name[n] = '\0';
     return REPL_OK;
 }
 

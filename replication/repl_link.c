@@ -7,8 +7,10 @@
 #define _GNU_SOURCE
 #include "repl_link.h"
 
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -508,4 +510,53 @@ size_t repl_link_output_length(const repl_link *l)
 evutil_socket_t repl_link_fd(const repl_link *l)
 {
     return bufferevent_getfd(l->bev);
+}
+
+/* ============================================================ addresses */
+
+int repl_link_resolve(const char *what, const char *spec, size_t n,
+                      struct sockaddr_storage *ss, socklen_t *len, char *err,
+                      size_t nerr)
+{
+    char buf[REPL_LINK_ADDR_MAX + 1], name[REPL_LINK_ADDR_MAX + 1];
+    if (n == 0 || n >= sizeof(buf)) {
+        snprintf(err, nerr, "%s address '%.*s' is empty or too long", what,
+                 (int)(n > 64 ? 64 : n), spec);
+        return -1;
+    }
+    memcpy(buf, spec, n);
+    buf[n] = '\0';
+    memcpy(name, buf, n + 1);
+    char *host = buf, *colon = strrchr(buf, ':');
+    if (!colon || colon == buf || colon[1] == '\0') {
+        snprintf(err, nerr, "%s '%s' is not host:port", what, name);
+        return -1;
+    }
+    *colon = '\0';
+    if (host[0] == '[') {
+        size_t hl = strlen(host);
+        if (hl < 2 || host[hl - 1] != ']') {
+            snprintf(err, nerr, "%s '%s' has a bad IPv6 address", what, name);
+            return -1;
+        }
+        host[hl - 1] = '\0';
+        host++;
+    }
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port < 1 || port > 65535) {
+        snprintf(err, nerr, "%s '%s' has a bad port", what, name);
+        return -1;
+    }
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(host, colon + 1, &hints, &res);
+    if (rc != 0 || !res) {
+        snprintf(err, nerr, "%s '%s': %s", what, name, gai_strerror(rc));
+        return -1;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
 }

@@ -166,4 +166,14 @@ size_t repl_link_output_length(const repl_link *l);
 /* The socket (for getsockname); -1 before a dial has one. */
 evutil_socket_t repl_link_fd(const repl_link *l);
 
+/*
+ * Resolves "host:port" (or "[v6]:port"), the first n bytes of spec, into
+ * ss/len for a connect. `what` names the address in the error message
+ * ("peer", "registry"). Returns 0, or -1 with a message in err.
+ */
+#define REPL_LINK_ADDR_MAX 127
+int repl_link_resolve(const char *what, const char *spec, size_t n,
+                      struct sockaddr_storage *ss, socklen_t *len, char *err,
+                      size_t nerr);
+
 #endif /* REPL_LINK_H */
