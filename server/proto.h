@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/socket.h>
+
 #include <event2/buffer.h>
 
 #include "stats.h"
@@ -33,6 +35,31 @@ enum proto_rc {
     PROTO_CLOSE = -1,    /* send what is in `out`, then close */
     PROTO_SHUTDOWN = -2, /* send `out`; the client asked for shutdown */
 };
+
+/*
+ * Relaying (scale-out). A key that this node does not serve is relayed,
+ * one hop, to one of its owners' client ports (proxy.h).
+ */
+
+/* Most targets a parser asks route_fn for. */
+#define PROTO_ROUTE_MAX 8
+
+/* One node a request may be relayed to: its client address. */
+typedef struct proto_target {
+    uint32_t node; /* node id (tells targets apart in the relay pool) */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+} proto_target;
+
+/*
+ * Where a request for key (nkey >= 1 bytes) is served. Returns 0 = here;
+ * n > 0 = relay to one of the n targets written to out (n <= cap, best
+ * first; the relay falls back down the list when a connect fails). write
+ * says whether the command changes the key. Called by every worker thread
+ * for every keyed request, so it must be thread-safe and fast.
+ */
+typedef int (*proto_route_fn)(void *arg, const char *key, size_t nkey,
+                              bool write, proto_target *out, int cap);
 
 /* Settings the parsers need; owned by the daemon, read-only for parsers. */
 typedef struct proto_config {
@@ -48,6 +75,12 @@ typedef struct proto_config {
                               (0 = no limit); the caller runs the parser
                               again once it has drained */
     const char *version;   /* the version string */
+    /* Relaying: NULL (the default) serves every key here, at the cost of
+     * one pointer test per request. Relaying requires sasl off. */
+    proto_route_fn route_fn;
+    void *route_arg;
+    uint32_t proxy_timeout_ms; /* a relayed request fails after this long
+                                  without its reply (0 = 2000) */
 } proto_config;
 
 /*
@@ -63,6 +96,12 @@ typedef struct proto_ctx {
     bool authenticated;  /* SASL done, or not required */
     void *text;          /* proto_text's private state */
     void *bin;           /* proto_bin's private state */
+    /* Relaying (proxy.h); all unused while cfg->route_fn is NULL. */
+    bool relay_peer;           /* the peer said the relay hello: every
+                                  request is served here */
+    struct proxy_pool *relays; /* the worker's upstream pool, or NULL */
+    void *relay_owner;         /* the connection, for the pool's wake-up */
+    void *proxy;               /* proxy's per-connection state */
 } proto_ctx;
 
 /* Frees the parsers' private state (not the ctx itself). */
