@@ -177,12 +177,16 @@ struct store_item {
     _Atomic uint8_t fbits;     /* FETCHED | PREV_FETCHED */
     _Atomic uint32_t lru_time; /* latest LRU bump */
     int64_t exptime;
-    store_version version;
+    /* The version, flat: a store_version member would pad to 16 bytes. */
+    uint64_t ticks;
+    uint32_t node;
     _Atomic uint32_t atime;      /* latest access */
     _Atomic uint32_t prev_atime; /* atime, as it was before the latest read */
+    uint32_t size;               /* accounted bytes */
     /* second cache line */
     uint32_t flags;
-    uint32_t size; /* accounted bytes */
+    uint16_t part; /* partition (0 when unpartitioned); next to the id, which
+                      every journal walk and set change reads anyway */
     riblt_id id;
     /* One slot keeps the header at two cache lines: a FLUSH has no cas. */
     union {
@@ -200,8 +204,18 @@ struct store_item {
 
 _Static_assert(offsetof(struct store_item, prev_atime) + 4 <= 64,
                "lookup fields fit the first cache line");
+_Static_assert(offsetof(struct store_item, part) >= 64 &&
+                   offsetof(struct store_item, jnext) + 8 <= 128,
+               "partition, id and journal link share the second line");
 _Static_assert(offsetof(struct store_item, tail) == 128,
                "everything but the encoder's tail fits two lines");
+_Static_assert(sizeof(struct store_item) == 136, "the header stays small");
+
+static inline store_version item_version(const store_item *it)
+{
+    store_version v = {it->ticks, it->node};
+    return v;
+}
 
 /*
  * Packs a riblt_tail into one word: index << 8 | steps. Tails that do not
@@ -217,6 +231,17 @@ static uint64_t tail_pack(const riblt_tail *t)
 }
 
 /* ============================================================== store */
+
+/*
+ * One partition's share of the set: its sketch and counters, all under the
+ * set lock (they change with the journal).
+ */
+struct part {
+    riblt_sketch *sk;
+    uint64_t mutations; /* journal entries of this partition */
+    uint64_t items;     /* of them, VALUE items */
+    uint64_t bytes;     /* their accounted size */
+};
 
 struct stripe {
     _Alignas(64) pthread_mutex_t lock;
@@ -236,18 +261,22 @@ struct store {
     _Atomic uint64_t clock_last; /* hybrid clock */
     _Atomic uint64_t flush_at;   /* the held flush's flush_at; 0 = none */
 
-    pthread_mutex_t set_lock; /* journal + sketch */
+    pthread_mutex_t set_lock; /* journal + partitions' sketches */
     store_item **jbuckets;
     uint64_t jmask;
     uint64_t jcount;
-    riblt_sketch *sketch;
+    struct part *parts; /* P + 1 (partitioned) or 1; set lock */
+    uint32_t nparts;
+    size_t sk_symbols; /* length of each partition's sketch */
 
     pthread_mutex_t lru_lock;
     store_item *lru_head, *lru_tail;
 
-    pthread_mutex_t sweep_lock;
+    pthread_mutex_t sweep_lock; /* sweep and drop cursors */
     size_t sweep_stripe;
     uint64_t sweep_bucket;
+    size_t drop_stripe;
+    uint64_t drop_bucket;
 
     _Atomic size_t mem_used;
     store_listener_fn listener;
@@ -255,7 +284,7 @@ struct store {
 
     _Atomic uint64_t curr_items, total_items, bytes, evictions,
         expired_unfetched, evicted_unfetched, reclaimed, tombstones,
-        applied_remote, stale_remote, swept;
+        applied_remote, stale_remote, swept, dropped;
 };
 
 /* One reading of the clocks, taken once per operation. */
@@ -533,9 +562,26 @@ static inline char *item_value_ptr(store_item *it)
 }
 
 /*
+ * The partition of a key (see store.h): the global partition P for the
+ * empty key, partition_fn's answer (reduced modulo P) otherwise, 0 when
+ * unpartitioned.
+ */
+static inline uint32_t key_part(const store *s, const char *key, size_t nkey)
+{
+    uint32_t np = s->opt.partitions, p;
+
+    if (np == 0)
+        return 0;
+    if (nkey == 0)
+        return np;
+    p = s->opt.partition_fn(s->opt.partition_arg, key, nkey);
+    return p < np ? p : p % np;
+}
+
+/*
  * A new unlinked item of the given shape holding a copy of key, with one
- * reference (the caller's). The value is left for the caller to fill.
- * Returns NULL when out of memory.
+ * reference (the caller's), in the key's partition. The value is left for
+ * the caller to fill. Returns NULL when out of memory.
  */
 static store_item *item_new(store *s, uint8_t kind, const char *key,
                             size_t nkey, uint64_t khash, size_t nvalue)
@@ -553,6 +599,7 @@ static store_item *item_new(store *s, uint8_t kind, const char *key,
     it->khash = khash;
     it->st = s;
     it->size = (uint32_t)alloc_size(it, total);
+    it->part = (uint16_t)key_part(s, key, nkey);
     if (nkey)
         memcpy(it->data, key, nkey);
     return it;
@@ -638,7 +685,7 @@ void store_item_mutation(const store_item *it, store_mutation *out)
 {
     memset(out, 0, sizeof(*out));
     out->id = it->id;
-    out->version = it->version;
+    out->version = item_version(it);
     out->kind = it->kind;
     out->flags = it->flags;
     out->exptime = it->exptime;
@@ -662,7 +709,7 @@ static inline bool item_flushed(store *s, const store_item *it, const tnow *t)
 {
     uint64_t f = atomic_load_explicit(&s->flush_at, memory_order_acquire);
 
-    return f != 0 && it->kind != STORE_KIND_FLUSH && it->version.ticks <= f &&
+    return f != 0 && it->kind != STORE_KIND_FLUSH && it->ticks <= f &&
            t->peek >= f;
 }
 
@@ -685,9 +732,8 @@ static bool item_dead(store *s, const store_item *it, const tnow *t)
     case STORE_KIND_TOMBSTONE: {
         if (item_flushed(s, it, t))
             return true;
-        int64_t born = it->exptime > 0
-                           ? it->exptime
-                           : (int64_t)(it->version.ticks / NS_PER_S);
+        int64_t born =
+            it->exptime > 0 ? it->exptime : (int64_t)(it->ticks / NS_PER_S);
         if ((it->flags & TOMB_EVICTED) && grace > EVICT_GRACE)
             grace = EVICT_GRACE;
         return t->s >= born + grace;
@@ -794,6 +840,18 @@ static void journal_grow(store *s)
  * may then merge a removal and an addition into one sketch walk.
  */
 
+/* Counts it in (sign 1) or out (-1) of its partition (set_lock held). */
+static inline void part_count(store *s, const store_item *it, int sign)
+{
+    struct part *pt = &s->parts[it->part];
+
+    pt->mutations += (uint64_t)(int64_t)sign;
+    if (it->kind == STORE_KIND_VALUE) {
+        pt->items += (uint64_t)(int64_t)sign;
+        pt->bytes += (uint64_t)((int64_t)sign * it->size);
+    }
+}
+
 /* Links it into the journal (caller holds set_lock). */
 static void journal_link(store *s, store_item *it)
 {
@@ -802,6 +860,7 @@ static void journal_link(store *s, store_item *it)
     it->jnext = *b;
     *b = it;
     s->jcount++;
+    part_count(s, it, 1);
     if (s->jcount > (s->jmask + 1) + (s->jmask + 1) / 2)
         journal_grow(s);
 }
@@ -817,6 +876,7 @@ static bool journal_unlink(store *s, store_item *it)
             *pp = it->jnext;
             it->jnext = NULL;
             s->jcount--;
+            part_count(s, it, -1);
             return true;
         }
     }
@@ -827,7 +887,7 @@ static bool journal_unlink(store *s, store_item *it)
 static void set_remove(store *s, store_item *it)
 {
     if (journal_unlink(s, it))
-        riblt_sketch_remove(s->sketch, &it->id);
+        riblt_sketch_remove(s->parts[it->part].sk, &it->id);
 }
 
 /* =============================================================== LRU */
@@ -971,8 +1031,11 @@ static int do_store_apply(store *s, struct stripe *sp, store_item *it,
     store_item **pp = stripe_slot(sp, it->khash, it->data, it->nkey);
     store_item *cur = *pp;
 
-    if (cur != NULL && store_version_cmp(&it->version, &cur->version) <= 0)
-        return APPLY_STALE;
+    if (cur != NULL) {
+        store_version nv = item_version(it), cv = item_version(cur);
+        if (store_version_cmp(&nv, &cv) <= 0)
+            return APPLY_STALE;
+    }
     if (item_dead(s, it, t)) {
         if (cur != NULL)
             do_unlink(s, sp, pp);
@@ -989,11 +1052,16 @@ static int do_store_apply(store *s, struct stripe *sp, store_item *it,
     }
     bool swapped = cur != NULL && journal_unlink(s, cur);
     journal_link(s, it);
+    /* A key's partition is a function of the key: cur and it share it. */
+    riblt_sketch *sk = s->parts[it->part].sk;
     riblt_tail tail;
-    if (swapped)
-        riblt_sketch_replace_tail(s->sketch, &cur->id, oh, &it->id, nh, &tail);
-    else
-        riblt_sketch_add_tail(s->sketch, &it->id, nh, &tail);
+    if (swapped && cur->part == it->part) {
+        riblt_sketch_replace_tail(sk, &cur->id, oh, &it->id, nh, &tail);
+    } else {
+        if (swapped)
+            riblt_sketch_remove_hashed(s->parts[cur->part].sk, &cur->id, oh);
+        riblt_sketch_add_tail(sk, &it->id, nh, &tail);
+    }
     it->tail = tail_pack(&tail);
     pthread_mutex_unlock(&s->set_lock);
 
@@ -1072,10 +1140,10 @@ static int evict_one(store *s)
         }
         riblt_id id = eviction_id(&victim->id);
         item_set_id(tomb, &id);
-        tomb->version.ticks = victim->version.ticks + 1;
-        tomb->version.node = victim->version.node;
+        tomb->ticks = victim->ticks + 1;
+        tomb->node = victim->node;
         tomb->flags = TOMB_EVICTED;
-        clock_catch_up(s, tomb->version.ticks);
+        clock_catch_up(s, tomb->ticks);
         tnow_get(s, &t);
         tomb->exptime = t.s;
         atomic_init(&tomb->atime, (uint32_t)t.s);
@@ -1141,6 +1209,21 @@ void store_options_default(store_options *o)
     o->hash_power = 16;
     o->clock = NULL;
     o->clock_arg = NULL;
+    o->partitions = 0;
+    o->partition_fn = NULL;
+    o->partition_arg = NULL;
+    o->partition_sketch_symbols = 256;
+}
+
+static void parts_free(store *s)
+{
+    if (s->parts == NULL)
+        return;
+    for (uint32_t p = 0; p < s->nparts; p++)
+        if (s->parts[p].sk != NULL)
+            riblt_sketch_destroy(s->parts[p].sk);
+    free(s->parts);
+    s->parts = NULL;
 }
 
 store *store_create(const store_options *o, int *err)
@@ -1150,8 +1233,13 @@ store *store_create(const store_options *o, int *err)
 
     if (err)
         *err = STORE_ERR_INVAL;
-    if (o == NULL || o->sketch_symbols == 0 || o->hash_power > 32 ||
+    if (o == NULL || o->hash_power > 32 ||
         o->item_size_max < item_total(1, 0) || o->item_size_max > (1u << 30))
+        return NULL;
+    if (o->partitions == 0
+            ? o->sketch_symbols == 0
+            : o->partitions > STORE_PARTITIONS_MAX ||
+                  o->partition_fn == NULL || o->partition_sketch_symbols == 0)
         return NULL;
     if (err)
         *err = STORE_ERR_NOMEM;
@@ -1188,9 +1276,17 @@ store *store_create(const store_options *o, int *err)
                                               : o->hash_power)) -
                1;
     s->jbuckets = calloc(s->jmask + 1, sizeof(*s->jbuckets));
-    s->sketch = riblt_sketch_create(o->sketch_symbols);
-    if (s->jbuckets == NULL || s->sketch == NULL)
+    if (s->jbuckets == NULL)
         goto fail;
+    s->nparts = o->partitions ? o->partitions + 1 : 1;
+    s->sk_symbols =
+        o->partitions ? o->partition_sketch_symbols : o->sketch_symbols;
+    s->parts = calloc(s->nparts, sizeof(*s->parts));
+    if (s->parts == NULL)
+        goto fail;
+    for (uint32_t p = 0; p < s->nparts; p++)
+        if ((s->parts[p].sk = riblt_sketch_create(s->sk_symbols)) == NULL)
+            goto fail;
     pthread_mutex_init(&s->set_lock, NULL);
     pthread_mutex_init(&s->lru_lock, NULL);
     pthread_mutex_init(&s->sweep_lock, NULL);
@@ -1205,8 +1301,7 @@ fail:
     }
     free(s->stripes);
     free(s->jbuckets);
-    if (s->sketch)
-        riblt_sketch_destroy(s->sketch);
+    parts_free(s);
 fail_stripes:
     free(s);
     return NULL;
@@ -1237,7 +1332,7 @@ void store_destroy(store *s)
     }
     free(s->stripes);
     free(s->jbuckets);
-    riblt_sketch_destroy(s->sketch);
+    parts_free(s);
     pthread_mutex_destroy(&s->set_lock);
     pthread_mutex_destroy(&s->lru_lock);
     pthread_mutex_destroy(&s->sweep_lock);
@@ -1275,8 +1370,8 @@ static int commit_local(store *s, struct stripe *sp, store_item *it,
     item_set_id(it, &id);
     if (keep_cas != 0)
         it->cas = keep_cas;
-    it->version.ticks = clock_next(s, t->ns);
-    it->version.node = s->opt.node_id;
+    it->ticks = clock_next(s, t->ns);
+    it->node = s->opt.node_id;
     if (atomic_load_explicit(&it->atime, RELAXED) == 0)
         atomic_init(&it->atime, (uint32_t)t->s);
     r = do_store_apply(s, sp, it, t);
@@ -1710,12 +1805,12 @@ int store_flush_all(store *s, uint32_t delay)
     tnow_get(s, &t);
     riblt_id id = new_id();
     item_set_id(it, &id);
-    it->version.ticks = clock_next(s, t.ns);
-    it->version.node = s->opt.node_id;
-    it->flush_at = it->version.ticks + (uint64_t)delay * NS_PER_S;
+    it->ticks = clock_next(s, t.ns);
+    it->node = s->opt.node_id;
+    it->flush_at = it->ticks + (uint64_t)delay * NS_PER_S;
     /* The flush must see itself as in effect when it is immediate. */
-    if (it->version.ticks > t.peek)
-        t.peek = it->version.ticks;
+    if (it->ticks > t.peek)
+        t.peek = it->ticks;
     atomic_init(&it->atime, (uint32_t)t.s);
     r = do_store_apply(s, sp, it, &t);
     if (r == APPLY_LINKED && s->listener != NULL) {
@@ -1778,8 +1873,8 @@ int store_apply(store *s, const store_mutation *m)
          */
         pthread_mutex_lock(&sp->lock);
         store_item *cur = *stripe_slot(sp, h, key, m->nkey);
-        bool beaten =
-            cur != NULL && store_version_cmp(&m->version, &cur->version) <= 0;
+        store_version cv = cur != NULL ? item_version(cur) : m->version;
+        bool beaten = cur != NULL && store_version_cmp(&m->version, &cv) <= 0;
         pthread_mutex_unlock(&sp->lock);
         if (beaten) {
             COUNT_ADD(s, stale_remote, 1);
@@ -1795,7 +1890,8 @@ int store_apply(store *s, const store_mutation *m)
     if (m->nvalue)
         memcpy(item_value_ptr(it), m->value, m->nvalue);
     item_set_id(it, &m->id);
-    it->version = m->version;
+    it->ticks = m->version.ticks;
+    it->node = m->version.node;
     it->flags = m->kind == STORE_KIND_FLUSH ? 0 : m->flags;
     it->exptime = m->kind == STORE_KIND_FLUSH ? 0 : m->exptime;
     /* The cas comes with the mutation: the same on every node. */
@@ -1851,7 +1947,126 @@ bool store_has(store *s, const riblt_id *id)
 
 size_t store_sketch_symbols(const store *s)
 {
-    return s->opt.sketch_symbols;
+    return s->sk_symbols;
+}
+
+/* ======================================================== partitions */
+
+/*
+ * Symbols a sketch read sums under one hold of the set lock before it lets
+ * writers in (512 KiB of cells, tens of microseconds).
+ */
+#define READ_HOLD_SYMBOLS 16384
+
+uint32_t store_partitions(const store *s)
+{
+    return s->opt.partitions;
+}
+
+uint32_t store_key_partition(const store *s, const char *key, size_t nkey)
+{
+    if (nkey != 0 && key == NULL)
+        return 0;
+    return key_part(s, key, nkey);
+}
+
+uint32_t store_item_partition(const store_item *it)
+{
+    return it->part;
+}
+
+/*
+ * The set of listed partitions as a bitmap of s->nparts bits (calloc'd, the
+ * caller frees it) in *out. STORE_ERR_INVAL when a partition is out of range
+ * or parts is NULL with nparts > 0, STORE_ERR_NOMEM.
+ */
+static int parts_bitmap(const store *s, const uint32_t *parts, size_t nparts,
+                        uint64_t **out)
+{
+    uint64_t *bits;
+
+    *out = NULL;
+    if (parts == NULL && nparts != 0)
+        return STORE_ERR_INVAL;
+    bits = calloc((s->nparts + 63) / 64, sizeof(*bits));
+    if (bits == NULL)
+        return STORE_ERR_NOMEM;
+    for (size_t i = 0; i < nparts; i++) {
+        if (parts[i] >= s->nparts) {
+            free(bits);
+            return STORE_ERR_INVAL;
+        }
+        bits[parts[i] / 64] |= 1ULL << (parts[i] % 64);
+    }
+    *out = bits;
+    return STORE_OK;
+}
+
+static inline bool bit_has(const uint64_t *bits, uint32_t p)
+{
+    return (bits[p / 64] >> (p % 64)) & 1;
+}
+
+/* out += in, n symbols (XOR of sums and hashes, counts added). */
+static void symbols_add(riblt_symbol *restrict out,
+                        const riblt_symbol *restrict in, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        out[i].sum.lo ^= in[i].sum.lo;
+        out[i].sum.hi ^= in[i].sum.hi;
+        out[i].hash ^= in[i].hash;
+        out[i].count += in[i].count;
+    }
+}
+
+/*
+ * Sums the marked partitions' sketches. Each partition is read whole under
+ * the set lock; a write changes one partition's sketch only, so the lock
+ * may be let go between two partitions without any write being half
+ * included, and is, every READ_HOLD_SYMBOLS symbols.
+ */
+static void sum_parts(store *s, const uint64_t *bits, size_t offset,
+                      riblt_symbol *out, size_t n, int64_t *set_size)
+{
+    int64_t total = 0;
+    size_t held = 0;
+
+    memset(out, 0, n * sizeof(*out));
+    pthread_mutex_lock(&s->set_lock);
+    for (uint32_t p = 0; p < s->nparts; p++) {
+        if (!bit_has(bits, p))
+            continue;
+        if (held >= READ_HOLD_SYMBOLS) {
+            pthread_mutex_unlock(&s->set_lock);
+            pthread_mutex_lock(&s->set_lock);
+            held = 0;
+        }
+        if (n != 0)
+            symbols_add(out, riblt_sketch_cells(s->parts[p].sk) + offset, n);
+        total += (int64_t)s->parts[p].mutations;
+        held += n + 1;
+    }
+    pthread_mutex_unlock(&s->set_lock);
+    if (set_size)
+        *set_size = total;
+}
+
+int store_sketch_read_parts(store *s, const uint32_t *parts, size_t nparts,
+                            size_t offset, riblt_symbol *out, size_t n,
+                            int64_t *set_size)
+{
+    uint64_t *bits;
+    int r;
+
+    if (s == NULL || (out == NULL && n != 0) || offset > s->sk_symbols ||
+        n > s->sk_symbols - offset)
+        return STORE_ERR_INVAL;
+    r = parts_bitmap(s, parts, nparts, &bits);
+    if (r < 0)
+        return r;
+    sum_parts(s, bits, offset, out, n, set_size);
+    free(bits);
+    return STORE_OK;
 }
 
 int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
@@ -1861,12 +2076,130 @@ int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
 
     if (s == NULL || (out == NULL && n != 0))
         return STORE_ERR_INVAL;
+    if (s->nparts > 1) {
+        uint64_t *bits;
+        if (offset > s->sk_symbols || n > s->sk_symbols - offset)
+            return STORE_ERR_INVAL;
+        bits = malloc((s->nparts + 63) / 64 * sizeof(*bits));
+        if (bits == NULL)
+            return STORE_ERR_NOMEM;
+        memset(bits, 0xff, (s->nparts + 63) / 64 * sizeof(*bits));
+        sum_parts(s, bits, offset, out, n, set_size);
+        free(bits);
+        return STORE_OK;
+    }
     pthread_mutex_lock(&s->set_lock);
-    r = n ? riblt_sketch_read(s->sketch, offset, out, n) : RIBLT_OK;
+    r = n ? riblt_sketch_read(s->parts[0].sk, offset, out, n) : RIBLT_OK;
     if (set_size)
-        *set_size = riblt_sketch_count(s->sketch);
+        *set_size = riblt_sketch_count(s->parts[0].sk);
     pthread_mutex_unlock(&s->set_lock);
     return r == RIBLT_OK ? STORE_OK : STORE_ERR_INVAL;
+}
+
+int store_partition_stats(store *s, uint32_t p, uint64_t *mutations,
+                          uint64_t *items, uint64_t *bytes)
+{
+    if (s == NULL || p >= s->nparts)
+        return STORE_ERR_INVAL;
+    pthread_mutex_lock(&s->set_lock);
+    if (mutations)
+        *mutations = s->parts[p].mutations;
+    if (items)
+        *items = s->parts[p].items;
+    if (bytes)
+        *bytes = s->parts[p].bytes;
+    pthread_mutex_unlock(&s->set_lock);
+    return STORE_OK;
+}
+
+/* =========================================================== journal walks */
+
+/* One snapshot entry of a journal walk. */
+struct jent {
+    riblt_id id;
+    uint64_t tail;
+};
+
+/*
+ * Ids in the journal (caller holds set_lock) of the partitions marked in
+ * bits (NULL: all): their number, which bounds a snapshot of them.
+ */
+static uint64_t journal_count(store *s, const uint64_t *bits)
+{
+    uint64_t n = 0;
+
+    if (bits == NULL)
+        return s->jcount;
+    for (uint32_t p = 0; p < s->nparts; p++)
+        if (bit_has(bits, p))
+            n += s->parts[p].mutations;
+    return n;
+}
+
+/*
+ * Snapshot of the journal's ids (with their tails when tails is set) in
+ * the partitions marked in bits (NULL: all), taken under the set lock into
+ * *out (the caller frees it). Returns the number of entries; 0 with *out
+ * NULL when the snapshot cannot be allocated.
+ */
+static size_t journal_snapshot(store *s, const uint64_t *bits, bool tails,
+                               void **out)
+{
+    size_t n = 0, esz = tails ? sizeof(struct jent) : sizeof(riblt_id);
+    void *v;
+
+    pthread_mutex_lock(&s->set_lock);
+    uint64_t want = journal_count(s, bits);
+    size_t bytes = (want ? want : 1) * esz;
+    if (tails) {
+        /* Tens of megabytes at a million keys: ask for huge pages, faulting
+         * them in 4 KiB at a time would cost more than the copy. */
+        if (posix_memalign(&v, 2u << 20, bytes) != 0)
+            v = NULL;
+        else
+            madvise(v, bytes, MADV_HUGEPAGE);
+    } else {
+        v = malloc(bytes);
+    }
+    if (v != NULL && want != 0) {
+        struct jent *te = v;
+        riblt_id *ie = v;
+        for (uint64_t b = 0; b <= s->jmask; b++) {
+            for (store_item *it = s->jbuckets[b]; it; it = it->jnext) {
+                if (bits != NULL && !bit_has(bits, it->part))
+                    continue;
+                if (tails) {
+                    te[n].id = it->id;
+                    te[n++].tail = it->tail;
+                } else {
+                    ie[n++] = it->id;
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->set_lock);
+    *out = v;
+    return n;
+}
+
+/* Hands a tails snapshot to fn (no lock held) and frees it. */
+static size_t give_tails(struct jent *v, size_t n, store_tail_fn fn, void *arg)
+{
+    for (size_t i = 0; i < n; i++) {
+        riblt_tail t = {v[i].tail >> 8, (uint32_t)(v[i].tail & 0xff)};
+        fn(arg, &v[i].id, &t);
+    }
+    free(v);
+    return n;
+}
+
+/* Hands an ids snapshot to fn (no lock held) and frees it. */
+static size_t give_ids(riblt_id *v, size_t n, store_id_fn fn, void *arg)
+{
+    for (size_t i = 0; i < n; i++)
+        fn(arg, &v[i]);
+    free(v);
+    return n;
 }
 
 /*
@@ -1875,35 +2208,13 @@ int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
  */
 size_t store_journal_tails(store *s, store_tail_fn fn, void *arg)
 {
-    struct {
-        riblt_id id;
-        uint64_t tail;
-    } * v;
-    size_t n = 0;
+    void *v;
+    size_t n;
 
     if (s == NULL || fn == NULL)
         return 0;
-    pthread_mutex_lock(&s->set_lock);
-    size_t bytes = (s->jcount ? s->jcount : 1) * sizeof(*v);
-    /* Tens of megabytes at a million keys: ask for huge pages, faulting
-     * them in 4 KiB at a time would cost more than the copy. */
-    if (posix_memalign((void **)&v, 2u << 20, bytes) != 0)
-        v = NULL;
-    if (v != NULL) {
-        madvise(v, bytes, MADV_HUGEPAGE);
-        for (uint64_t b = 0; b <= s->jmask; b++)
-            for (store_item *it = s->jbuckets[b]; it; it = it->jnext) {
-                v[n].id = it->id;
-                v[n++].tail = it->tail;
-            }
-    }
-    pthread_mutex_unlock(&s->set_lock);
-    for (size_t i = 0; i < n; i++) {
-        riblt_tail t = {v[i].tail >> 8, (uint32_t)(v[i].tail & 0xff)};
-        fn(arg, &v[i].id, &t);
-    }
-    free(v);
-    return n;
+    n = journal_snapshot(s, NULL, true, &v);
+    return give_tails(v, n, fn, arg);
 }
 
 /*
@@ -1913,23 +2224,41 @@ size_t store_journal_tails(store *s, store_tail_fn fn, void *arg)
  */
 size_t store_journal_ids(store *s, store_id_fn fn, void *arg)
 {
-    riblt_id *ids;
-    size_t n = 0;
+    void *v;
+    size_t n;
 
     if (s == NULL || fn == NULL)
         return 0;
-    pthread_mutex_lock(&s->set_lock);
-    ids = malloc((s->jcount ? s->jcount : 1) * sizeof(*ids));
-    if (ids != NULL) {
-        for (uint64_t b = 0; b <= s->jmask; b++)
-            for (store_item *it = s->jbuckets[b]; it; it = it->jnext)
-                ids[n++] = it->id;
-    }
-    pthread_mutex_unlock(&s->set_lock);
-    for (size_t i = 0; i < n; i++)
-        fn(arg, &ids[i]);
-    free(ids);
-    return n;
+    n = journal_snapshot(s, NULL, false, &v);
+    return give_ids(v, n, fn, arg);
+}
+
+size_t store_journal_tails_parts(store *s, const uint32_t *parts,
+                                 size_t nparts, store_tail_fn fn, void *arg)
+{
+    uint64_t *bits;
+    void *v;
+    size_t n;
+
+    if (s == NULL || fn == NULL || parts_bitmap(s, parts, nparts, &bits) < 0)
+        return 0;
+    n = journal_snapshot(s, bits, true, &v);
+    free(bits);
+    return give_tails(v, n, fn, arg);
+}
+
+size_t store_journal_ids_parts(store *s, const uint32_t *parts, size_t nparts,
+                               store_id_fn fn, void *arg)
+{
+    uint64_t *bits;
+    void *v;
+    size_t n;
+
+    if (s == NULL || fn == NULL || parts_bitmap(s, parts, nparts, &bits) < 0)
+        return 0;
+    n = journal_snapshot(s, bits, false, &v);
+    free(bits);
+    return give_ids(v, n, fn, arg);
 }
 
 /* ======================================================= maintenance */
@@ -1990,6 +2319,75 @@ size_t store_sweep(store *s, size_t budget)
     return removed;
 }
 
+/*
+ * Mutations of the marked partitions that drop may take: all of them but a
+ * held flush, which is never dropped (caller holds set_lock).
+ */
+static uint64_t droppable(store *s, const uint64_t *bits)
+{
+    uint64_t n = journal_count(s, bits);
+    uint32_t g = s->opt.partitions; /* the flush's partition */
+
+    if (n != 0 && bit_has(bits, g) &&
+        atomic_load_explicit(&s->flush_at, memory_order_acquire) != 0)
+        n--;
+    return n;
+}
+
+/*
+ * Walks the key table from the drop cursor, one stripe lock at a time,
+ * unlinking every non-flush item of the marked partitions (do_unlink: key
+ * table, journal, sketch, LRU, accounting; no tombstone, no listener),
+ * until budget went, the partitions' count says none is left, or the walk
+ * came round once.
+ */
+size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
+                             size_t budget)
+{
+    size_t removed = 0, stripes_left;
+    uint64_t *bits, left;
+
+    if (s == NULL || budget == 0 || parts_bitmap(s, parts, nparts, &bits) < 0)
+        return 0;
+    pthread_mutex_lock(&s->sweep_lock);
+    pthread_mutex_lock(&s->set_lock);
+    left = droppable(s, bits);
+    pthread_mutex_unlock(&s->set_lock);
+    stripes_left = left ? s->nstripes + 1 : 0;
+    while (stripes_left > 0 && removed < budget && left > 0) {
+        struct stripe *sp = &s->stripes[s->drop_stripe];
+
+        pthread_mutex_lock(&sp->lock);
+        while (s->drop_bucket <= sp->mask && removed < budget && left > 0) {
+            store_item **pp = &sp->buckets[s->drop_bucket];
+            while (*pp != NULL && removed < budget) {
+                store_item *it = *pp;
+                if (it->kind == STORE_KIND_FLUSH || !bit_has(bits, it->part)) {
+                    pp = &it->hnext;
+                    continue;
+                }
+                do_unlink(s, sp, pp);
+                removed++;
+                if (left > 0) /* writes may have added to the count */
+                    left--;
+            }
+            if (*pp != NULL)
+                break; /* budget spent mid-chain: resume at this bucket */
+            s->drop_bucket++;
+        }
+        if (s->drop_bucket > sp->mask) {
+            s->drop_bucket = 0;
+            s->drop_stripe = (s->drop_stripe + 1) & (s->nstripes - 1);
+            stripes_left--;
+        }
+        pthread_mutex_unlock(&sp->lock);
+    }
+    pthread_mutex_unlock(&s->sweep_lock);
+    free(bits);
+    COUNT_ADD(s, dropped, removed);
+    return removed;
+}
+
 /* ============================================================= stats */
 
 void store_get_stats(store *s, store_stats *out)
@@ -2018,8 +2416,9 @@ void store_get_stats(store *s, store_stats *out)
     out->applied_remote = atomic_load_explicit(&s->applied_remote, RELAXED);
     out->stale_remote = atomic_load_explicit(&s->stale_remote, RELAXED);
     out->swept = atomic_load_explicit(&s->swept, RELAXED);
+    out->dropped = atomic_load_explicit(&s->dropped, RELAXED);
     out->hash_power_level = level;
-    out->sketch_symbols = s->opt.sketch_symbols;
+    out->sketch_symbols = s->sk_symbols;
     out->clock_ticks = atomic_load(&s->clock_last);
 }
 

@@ -112,9 +112,27 @@ typedef struct store_options {
     unsigned hash_power;      /* initial key table size 2^hash_power */
     store_clock_fn clock;     /* NULL = CLOCK_REALTIME */
     void *clock_arg;
+    /*
+     * Partitioned mode (see "Partitions" below). partitions = P: 0 = one
+     * set, as without partitions; 1..STORE_PARTITIONS_MAX: keys live in
+     * partitions 0..P-1 chosen by partition_fn, flush mutations (the empty
+     * key) in the global partition P. partition_fn must be a pure function
+     * of the key (the same on every node), thread-safe and fast; a result
+     * >= P is taken modulo P. Each partition has its own materialized
+     * sketch of partition_sketch_symbols symbols (sketch_symbols is then
+     * unused).
+     */
+    uint32_t partitions;
+    uint32_t (*partition_fn)(void *arg, const char *key, size_t nkey);
+    void *partition_arg;
+    size_t partition_sketch_symbols; /* default 256 */
 } store_options;
 
-/* Fills o with the defaults (64 MB, 1 MB items, 3600 s grace, 8192). */
+/* Largest number of partitions (items keep their partition in 16 bits). */
+#define STORE_PARTITIONS_MAX 65535u
+
+/* Fills o with the defaults (64 MB, 1 MB items, 3600 s grace, 8192;
+ * unpartitioned, 256 symbols per partition sketch). */
 void store_options_default(store_options *o);
 
 /* Creates a store, or returns NULL with *err set to a STORE_ERR_*. */
@@ -278,12 +296,19 @@ store_item *store_fetch(store *s, const riblt_id *id);
 /* 1 if the journal holds this mutation id. */
 bool store_has(store *s, const riblt_id *id);
 
-/* Number of symbols in the materialized sketch. */
+/*
+ * Number of symbols in the materialized sketch: sketch_symbols, or in
+ * partitioned mode partition_sketch_symbols, the length of every
+ * partition's sketch (and the base of the tails of store_journal_tails and
+ * store_journal_tails_parts).
+ */
 size_t store_sketch_symbols(const store *s);
 
 /*
  * Copies n sketch symbols from offset: a consistent slice (taken under the
- * sketch lock). *set_size gets coded symbol 0's count (journal size).
+ * sketch lock). *set_size gets coded symbol 0's count (journal size). In
+ * partitioned mode: the sum of every partition's sketch, as
+ * store_sketch_read_parts over all P + 1 partitions.
  */
 int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
                       int64_t *set_size);
@@ -305,6 +330,92 @@ size_t store_journal_ids(store *s, store_id_fn fn, void *arg);
 typedef void (*store_tail_fn)(void *arg, const riblt_id *id,
                               const riblt_tail *tail);
 size_t store_journal_tails(store *s, store_tail_fn fn, void *arg);
+
+/* -------------------------------------------------------- partitions */
+
+/*
+ * Partitions. In partitioned mode (store_options.partitions = P > 0) every
+ * item belongs to one partition: partition_fn(key) for a key, the global
+ * partition P for the empty key (flush mutations). The store calls
+ * partition_fn once per mutation it creates or applies and keeps the
+ * result in the item. Each partition has its own journal count and its own
+ * materialized sketch of store_sketch_symbols() symbols, updated under the
+ * same lock as the journal, so each partition's sketch is exactly the
+ * sketch of its journal ids (invariant 1 per partition), and the sketch of
+ * a union of partitions is the sum of their sketches (coded symbols are
+ * linear). Unpartitioned (P = 0), everything is in partition 0 and the
+ * functions below work with the partition list {0}.
+ *
+ * Partition lists (parts, nparts) name partitions 0..P (0 alone when
+ * unpartitioned); a partition listed twice counts once.
+ */
+
+/* P (0 = unpartitioned). */
+uint32_t store_partitions(const store *s);
+
+/* The partition of a key: P for the empty key, 0 when unpartitioned. */
+uint32_t store_key_partition(const store *s, const char *key, size_t nkey);
+
+/* The partition the item belongs to (0 when unpartitioned). */
+uint32_t store_item_partition(const store_item *it);
+
+/*
+ * Writes to out the n symbols from offset of the SUM of the listed
+ * partitions' sketches (riblt symbol addition: XOR of sums and hashes,
+ * counts added), which is the sketch of the union of their sets. The slice
+ * is consistent: it is the sketch of a set holding, for each listed
+ * partition, that partition's ids at one instant (a write changes one
+ * partition only, so no write is half included; partitions may be read at
+ * different instants, which keeps writers from waiting on a long read).
+ * *set_size (may be NULL) gets the number of mutations in those partitions
+ * at the same instants. STORE_ERR_INVAL for a partition out of range,
+ * parts NULL with nparts > 0, out NULL with n > 0, or offset + n beyond
+ * store_sketch_symbols(). nparts 0 gives zero symbols.
+ */
+int store_sketch_read_parts(store *s, const uint32_t *parts, size_t nparts,
+                            size_t offset, riblt_symbol *out, size_t n,
+                            int64_t *set_size);
+
+/*
+ * store_journal_tails / store_journal_ids restricted to the mutations of
+ * the listed partitions (one atomic snapshot, then fn with no lock held).
+ * Tails are relative to store_sketch_symbols(), so an encoder given every
+ * id of the listed partitions with riblt_encoder_add_tail(base =
+ * store_sketch_symbols()) continues the stream of store_sketch_read_parts
+ * of the same list beyond the sketch. Returns the number of ids; 0 (fn not
+ * called) when a partition is out of range or the snapshot cannot be
+ * allocated.
+ */
+size_t store_journal_tails_parts(store *s, const uint32_t *parts,
+                                 size_t nparts, store_tail_fn fn, void *arg);
+size_t store_journal_ids_parts(store *s, const uint32_t *parts, size_t nparts,
+                               store_id_fn fn, void *arg);
+
+/*
+ * Counters of partition p (0..P): mutations in its set (tombstones and
+ * flushes included), items (live values, as curr_items) and their bytes
+ * (as bytes). Each pointer may be NULL. STORE_ERR_INVAL when p is out of
+ * range.
+ */
+int store_partition_stats(store *s, uint32_t p, uint64_t *mutations,
+                          uint64_t *items, uint64_t *bytes);
+
+/*
+ * Forgets up to `budget` mutations of the listed partitions (a node that no
+ * longer owns them): they leave key table, journal, sketch and LRU WITHOUT
+ * tombstones and WITHOUT calling the listener, because losing ownership is
+ * not a change of the data and must not replicate. Memory and the stats
+ * (curr_items, bytes, mutations, tombstones) follow; each counts in
+ * store_stats.dropped. Flush mutations are never dropped (every node holds
+ * the global partition). Returns how many went: 0 means none is left in
+ * those partitions (or budget is 0, or a partition is out of range). Walks
+ * the key table from where the previous call stopped, one stripe lock at a
+ * time; a call visits at most the whole table once. Writes into the listed
+ * partitions while they are dropped are the caller's business (stop
+ * accepting them first).
+ */
+size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
+                             size_t budget);
 
 /* ------------------------------------------------------- maintenance */
 
@@ -330,9 +441,10 @@ typedef struct store_stats {
     uint64_t applied_remote; /* peer mutations accepted */
     uint64_t stale_remote;   /* peer mutations dropped as older */
     uint64_t swept;
+    uint64_t dropped; /* mutations forgotten by store_drop_partitions */
     uint64_t hash_power_level;
-    uint64_t sketch_symbols;
-    uint64_t clock_ticks; /* last hybrid clock value */
+    uint64_t sketch_symbols; /* store_sketch_symbols() */
+    uint64_t clock_ticks;    /* last hybrid clock value */
 } store_stats;
 
 void store_get_stats(store *s, store_stats *out);
