@@ -29,6 +29,7 @@
 
 #include "repl_link.h"
 #include "repl_wire.h"
+#include "ring.h"
 
 /* ============================================================= limits */
 
@@ -49,8 +50,18 @@
 #define MUT_PUSH 2  /* unsolicited: eager push or a round's local-only ids */
 #define MUT_BULK 4  /* part of a bulk transfer */
 
-/* Extra message type (not in repl_wire.h's list of round messages). */
+/* Extra message types (not in repl_wire.h's list of round messages). */
 #define REPL_MSG_BULK_REQ 16
+/* Sent by both sides once a link is ready: weight u32, P u32, R u32,
+ * client address (the rest, "host:port"). */
+#define REPL_MSG_INFO 17
+
+/* ERROR codes. */
+#define ERR_GENERIC 1
+#define ERR_RING 2 /* the ring fingerprints or partition lists disagree */
+
+#define DROP_BUDGET 20000 /* mutations a tick may drop from lost partitions   \
+                           */
 
 /* ============================================================== stats */
 
@@ -102,7 +113,11 @@ struct pstats {
     X(push_queue_dropped)                                                     \
     X(encoder_builds)                                                         \
     X(served_bytes_sent)                                                      \
-    X(served_bytes_recv)
+    X(served_bytes_recv)                                                      \
+    X(ring_changes)                                                           \
+    X(ring_mismatch)                                                          \
+    X(partitions_dropped)                                                     \
+    X(items_dropped)
 
 struct nstats {
 #define NSTATS_FIELD(n) uint64_t n;
@@ -127,6 +142,11 @@ struct conn {
     riblt_encoder *enc; /* the stream beyond the sketch */
     /* responder: when the peer's current round began (0 = none) */
     uint64_t serving_since_ns;
+    /* responder: the partitions of the current round (ring_gen: the ring
+     * they were checked against) */
+    uint32_t *parts;
+    size_t nparts;
+    uint64_t parts_gen;
     /* responder: a bulk transfer in progress */
     riblt_id *bulk_ids;
     size_t bulk_n, bulk_pos;
@@ -151,6 +171,9 @@ struct round {
     riblt_id *wanted; /* sorted remote-only ids being fetched */
     size_t nwanted;
     size_t fetch_frames; /* FETCH frames not yet answered in full */
+    uint32_t *parts;     /* the partitions reconciled (ascending) */
+    size_t nparts;
+    uint64_t gen; /* the ring generation the round started under */
 };
 
 struct peer {
@@ -169,6 +192,16 @@ struct peer {
     uint64_t retry_at_ns;
     uint32_t backoff_ms;
     uint32_t node_id; /* learned in the handshake */
+    /* What its INFO frame said (info: one arrived on this connection). */
+    bool info;
+    uint32_t weight, info_partitions, info_replicas;
+    char client[REPL_LINK_ADDR_MAX + 1];
+    struct sockaddr_storage client_addr;
+    socklen_t client_addrlen;
+    uint64_t down_since_ns; /* its connection went down (0 = up / never) */
+    /* The last round with it that succeeded: when it started, under
+     * which ring generation (hand-off of lost partitions waits on it). */
+    uint64_t ok_started_ns, ok_gen;
     struct round round;
     struct pstats st;
 };
@@ -210,6 +243,28 @@ struct repl {
     size_t scratch_cap;
     struct nstats st;
     uint64_t rng;
+    /*
+     * Placement (replicas > 0; P == 0 means full replication and none of
+     * this is used). Partition P is the global one (flush mutations):
+     * every node owns it. owned/lost_ns/ring belong to this thread;
+     * ready and changed_ns are read and written with atomics from any
+     * thread; the published route is swapped under rlock.
+     */
+    uint32_t P;
+    ring *ring;
+    uint64_t ring_gen;
+    uint8_t *owned;       /* [P+1] */
+    uint8_t *ready;       /* [P+1] owned and caught up */
+    uint64_t *changed_ns; /* [P+1] last change applied here */
+    uint64_t *lost_ns;    /* [P+1] since when held but no longer owned */
+    uint32_t *parts_buf;  /* [P+1] scratch list */
+    bool republish;       /* a member's client address changed */
+    uint64_t last_tick_ns;
+    char advertise[REPL_LINK_ADDR_MAX + 1];
+    struct sockaddr_storage adv_addr; /* our client port, for the route */
+    socklen_t adv_len;
+    pthread_rwlock_t rlock;
+    struct route *route;
 };
 
 static uint64_t now_ns(void)
@@ -249,6 +304,12 @@ void repl_options_default(repl_options *o)
     o->item_size_max = 1024 * 1024;
     o->registries = "";
     registry_timing_default(&o->timing);
+    o->replicas = 0;
+    o->ring_partitions = RING_DEFAULT_PARTITIONS;
+    o->ring_weight = 1;
+    o->handoff_ms = 10000;
+    o->down_ms = 3000;
+    o->advertise = "";
 }
 
 /* Resolves "host:port" (or "[v6]:port") into p->addr; p->name keeps it. */
@@ -289,6 +350,24 @@ static int peers_parse(struct repl *r, const char *list, char *err,
         p = e;
     }
     return REPL_OK;
+}
+
+/* Placement arrays are written by the replication thread and read by
+ * the client threads and stats: relaxed atomics. */
+#define ALOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define ASTORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+static bool partitioned(const struct repl *r)
+{
+    return r->P != 0;
+}
+
+/* A round covering these partitions completed: the owned ones caught up. */
+static void parts_mark_ready(struct repl *r, const uint32_t *parts, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (parts[i] < r->P && r->owned[parts[i]])
+            ASTORE(r->ready[parts[i]], 1);
 }
 
 /* ======================================================== connections */
@@ -375,6 +454,8 @@ static void peer_lost(struct peer *p)
     /* Stores the stats reader may see: atomic (it only tests them). */
     __atomic_store_n(&p->conn, NULL, __ATOMIC_RELAXED);
     p->connecting = false;
+    if (p->down_since_ns == 0)
+        p->down_since_ns = now_ns();
     p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 50;
     if (p->backoff_ms > BACKOFF_MAX_MS)
         p->backoff_ms = BACKOFF_MAX_MS;
@@ -432,16 +513,17 @@ static void conn_closed(void *arg, repl_link *l, int why)
     free(c->snap);
     encoder_put(r, c->enc);
     free(c->bulk_ids);
+    free(c->parts);
     free(c);
 }
 
-static void send_error(struct conn *c, const char *text)
+static void send_error(struct conn *c, uint32_t code, const char *text)
 {
     size_t n = strlen(text);
     if (!repl_link_ready(c->link) || !scratch_fit(c->r, n + 4))
         return;
     uint8_t *p = payload_area(c->r);
-    repl_wire_put_u32(p, 1);
+    repl_wire_put_u32(p, code);
     memcpy(p + 4, text, n);
     conn_send(c, REPL_MSG_ERROR, (uint32_t)(n + 4));
 }
@@ -542,6 +624,16 @@ static int apply_records(struct repl *r, const uint8_t *p, size_t len,
                 continue;
             }
         }
+        if (partitioned(r)) {
+            /* Records of partitions this node does not own are refused:
+             * owners decide what a partition holds (invariant 1 per
+             * partition), a stale ring on the sender notwithstanding. */
+            uint32_t part = store_key_partition(r->s, m.key, m.nkey);
+            if (part > r->P || !ALOAD(r->owned[part])) {
+                PST_ADD(&r->st, rejected_records, 1);
+                continue;
+            }
+        }
         int rc = store_apply(r->s, &m);
         if (rc == STORE_OK)
             PST_ADD(&r->st, applied, 1);
@@ -628,15 +720,16 @@ static riblt_encoder *encoder_get(struct repl *r, size_t cap)
     return riblt_encoder_create(cap);
 }
 
-static riblt_encoder *encoder_from_journal(struct repl *r, uint64_t offset)
+static riblt_encoder *encoder_from_journal(struct repl *r,
+                                           const uint32_t *parts,
+                                           size_t nparts, int64_t size,
+                                           uint64_t offset)
 {
-    int64_t size = 0;
-    store_sketch_read(r->s, 0, NULL, 0, &size);
     struct tailvec tv = {encoder_get(r, size > 0 ? (size_t)size : 0), r->S,
                          false};
     if (!tv.enc)
         return NULL;
-    store_journal_tails(r->s, add_tail, &tv);
+    store_journal_tails_parts(r->s, parts, nparts, add_tail, &tv);
     if (tv.failed || riblt_encoder_seek(tv.enc, offset) != RIBLT_OK) {
         encoder_put(r, tv.enc);
         return NULL;
@@ -647,10 +740,12 @@ static riblt_encoder *encoder_from_journal(struct repl *r, uint64_t offset)
 
 /*
  * Fills out[0..n) with symbols [offset, offset+n) of a stream whose first
- * S symbols are snap and whose rest comes from *enc (built on demand).
+ * S symbols are snap and whose rest comes from *enc (built on demand over
+ * the journal of the listed partitions; size: their set size, a hint).
  */
 static int stream_symbols(struct repl *r, const riblt_symbol *snap,
-                          riblt_encoder **enc, uint64_t offset,
+                          riblt_encoder **enc, const uint32_t *parts,
+                          size_t nparts, int64_t size, uint64_t offset,
                           riblt_symbol *out, size_t n)
 {
     size_t i = 0;
@@ -660,7 +755,7 @@ static int stream_symbols(struct repl *r, const riblt_symbol *snap,
         return 0;
     uint64_t at = offset + i;
     if (!*enc) {
-        *enc = encoder_from_journal(r, at);
+        *enc = encoder_from_journal(r, parts, nparts, size, at);
         if (!*enc)
             return -1;
     } else if (riblt_encoder_position(*enc) != at) {
@@ -669,23 +764,92 @@ static int stream_symbols(struct repl *r, const riblt_symbol *snap,
     return riblt_encoder_produce(*enc, out + i, n - i) == RIBLT_OK ? 0 : -1;
 }
 
+/*
+ * The partitions a round with peer reconciles, ascending into out (room
+ * for P + 1): those both own, and those this node lost but still holds
+ * that the peer owns (the hand-off), and the global partition last. Full
+ * replication: the one partition, 0.
+ */
+static size_t round_parts(struct repl *r, uint32_t peer, uint32_t *out)
+{
+    if (!partitioned(r)) {
+        out[0] = 0;
+        return 1;
+    }
+    size_t n = 0;
+    for (uint32_t p = 0; p < r->P; p++)
+        if ((r->owned[p] || r->lost_ns[p]) && ring_is_owner(r->ring, p, peer))
+            out[n++] = p;
+    out[n++] = r->P;
+    return n;
+}
+
+/* Bytes of the partition bitmap a round request carries (P + 1 bits). */
+static size_t parts_bitmap_size(const struct repl *r)
+{
+    return ((size_t)r->P + 1 + 7) / 8;
+}
+
+/*
+ * The responder's side of a new round's partition list: the initiator's
+ * ring fingerprint must equal ours and every partition listed must be one
+ * we own (or the global one). Fills c->parts. Returns 0, or -1 (then an
+ * ERR_RING error is due).
+ */
+static int parts_accept(struct conn *c, const uint8_t *q, size_t len)
+{
+    struct repl *r = c->r;
+    if (!c->parts &&
+        !(c->parts = malloc(((size_t)r->P + 1) * sizeof(*c->parts))))
+        return -1;
+    c->nparts = 0;
+    c->parts_gen = r->ring_gen;
+    if (!partitioned(r)) {
+        if (len != 0)
+            return -1;
+        c->parts[c->nparts++] = 0;
+        return 0;
+    }
+    size_t nbm = parts_bitmap_size(r);
+    if (len != 8 + nbm || repl_wire_get_u64(q) != ring_fingerprint(r->ring))
+        return -1;
+    const uint8_t *bm = q + 8;
+    for (uint32_t p = 0; p < (uint32_t)nbm * 8; p++) {
+        if (!(bm[p / 8] & (1u << (p % 8))))
+            continue;
+        if (p > r->P || (p < r->P && !r->owned[p]))
+            return -1;
+        c->parts[c->nparts++] = p;
+    }
+    return c->nparts > 0 ? 0 : -1;
+}
+
 static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
 {
     struct repl *r = c->r;
-    if (len != 12)
+    if (len < 12)
         return -1;
     uint64_t offset = repl_wire_get_u64(p);
     uint32_t count = repl_wire_get_u32(p + 8);
     if (count == 0 || count > BATCH_MAX || offset > r->o.max_symbols ||
-        count > r->o.max_symbols - offset) {
-        send_error(c, "symbol request out of bounds");
+        count > r->o.max_symbols - offset || (offset != 0 && len != 12)) {
+        send_error(c, ERR_GENERIC, "symbol request out of bounds");
         return -1;
     }
-    if (offset == 0 || !c->snap) {
+    if (offset != 0 && !c->snap)
+        return -1; /* a round begins at offset 0 */
+    if (offset == 0) {
         /* A new round: one consistent copy of the sketch serves it all. */
+        if (parts_accept(c, p + 12, len - 12) != 0) {
+            PST_ADD(&r->st, ring_mismatch, 1);
+            send_error(c, ERR_RING, "ring mismatch");
+            return 0;
+        }
         if (!c->snap && !(c->snap = malloc(r->S * sizeof(riblt_symbol))))
             return -1;
-        store_sketch_read(r->s, 0, c->snap, r->S, &c->snap_size);
+        if (store_sketch_read_parts(r->s, c->parts, c->nparts, 0, c->snap,
+                                    r->S, &c->snap_size) != STORE_OK)
+            return -1;
         encoder_put(r, c->enc);
         c->enc = NULL;
         c->serving_since_ns = now_ns();
@@ -697,7 +861,8 @@ static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
     repl_wire_put_u64(out, offset);
     repl_wire_put_u64(out + 8, (uint64_t)c->snap_size);
     /* One call for the whole batch: the encoder walks it in one pass. */
-    if (stream_symbols(r, c->snap, &c->enc, offset, r->syms, count) != 0)
+    if (stream_symbols(r, c->snap, &c->enc, c->parts, c->nparts, c->snap_size,
+                       offset, r->syms, count) != 0)
         return -1;
     riblt_symbols_encode(r->syms, count, out + 16,
                          (size_t)count * RIBLT_SYMBOL_WIRE_SIZE);
@@ -740,10 +905,13 @@ static void bulk_continue(struct conn *c)
     }
 }
 
+/* A bulk request: every id of the partitions of the round just begun. */
 static int serve_bulk(struct conn *c)
 {
     struct idvec iv = {0};
-    store_journal_ids(c->r->s, idvec_push, &iv);
+    if (!c->parts)
+        return -1;
+    store_journal_ids_parts(c->r->s, c->parts, c->nparts, idvec_push, &iv);
     if (iv.failed) {
         free(iv.v);
         return -1;
@@ -772,7 +940,15 @@ static int serve(struct conn *c, const repl_frame *f)
                                                                        : 0;
     case REPL_MSG_DONE:
         c->serving_since_ns = 0;
+        /* A streamed round ends with everything the initiator held in
+         * these partitions pushed here: ours are caught up. Not so after
+         * a bulk pull (payload 1), which only moved data the other way. */
+        if (partitioned(c->r) && c->parts && c->parts_gen == c->r->ring_gen &&
+            !(f->length >= 1 && f->payload[0] == 1))
+            parts_mark_ready(c->r, c->parts, c->nparts);
         return 0;
+    case REPL_MSG_INFO:
+        return 0; /* the dialling side's: peers are learnt by dialling */
     case REPL_MSG_PING:
         /* An indirect probe of the registry, relayed by another member. */
         if (f->length != 8)
@@ -827,23 +1003,57 @@ static void round_fail(struct peer *p, const char *why)
 static void round_done(struct peer *p)
 {
     struct round *rd = &p->round;
+    struct repl *r = p->r;
     PST_ADD(&p->st, rounds_ok, 1);
     PST_SET(&p->st, last_success, wall_s());
     PST_SET(&p->st, last_round_symbols, rd->ndiffs);
     PST_SET(&p->st, last_round_us, (now_ns() - rd->started_ns) / 1000);
+    /* Under an unchanged ring, the peer now holds everything we held in
+     * these partitions when the round began (unless it was a bulk pull),
+     * and we hold everything it held. */
+    uint8_t bulk = rd->bulk ? 1 : 0;
+    if (partitioned(r) && rd->gen == r->ring_gen) {
+        parts_mark_ready(r, rd->parts, rd->nparts);
+        if (!bulk) {
+            p->ok_started_ns = rd->started_ns;
+            p->ok_gen = rd->gen;
+        }
+    }
     round_reset(p);
-    if (p->conn)
-        conn_send(p->conn, REPL_MSG_DONE, 0);
+    if (p->conn) {
+        *payload_area(r) = bulk;
+        conn_send(p->conn, REPL_MSG_DONE, 1);
+    }
 }
 
+/*
+ * Asks for symbols [offset, offset + count). The request that opens a
+ * round (offset 0) also carries, when partitioned, our ring fingerprint
+ * and the bitmap of the round's partitions.
+ */
 static int request_symbols(struct peer *p, uint64_t offset, uint32_t count)
 {
     struct conn *c = p->conn;
-    uint8_t *q = payload_area(c->r);
+    struct repl *r = c->r;
+    uint8_t *q = payload_area(r);
+    size_t len = 12;
     repl_wire_put_u64(q, offset);
     repl_wire_put_u32(q + 8, count);
+    if (offset == 0 && partitioned(r)) {
+        size_t nbm = parts_bitmap_size(r);
+        if (!scratch_fit(r, 20 + nbm))
+            return -1;
+        q = payload_area(r);
+        repl_wire_put_u64(q + 12, ring_fingerprint(r->ring));
+        memset(q + 20, 0, nbm);
+        for (size_t i = 0; i < p->round.nparts; i++) {
+            uint32_t part = p->round.parts[i];
+            q[20 + part / 8] |= (uint8_t)(1u << (part % 8));
+        }
+        len = 20 + nbm;
+    }
     p->round.requested = offset;
-    return conn_send(c, REPL_MSG_SYMBOLS_REQ, 12);
+    return conn_send(c, REPL_MSG_SYMBOLS_REQ, (uint32_t)len);
 }
 
 static void round_start(struct repl *r, struct peer *p)
@@ -851,10 +1061,19 @@ static void round_start(struct repl *r, struct peer *p)
     struct round *rd = &p->round;
     if (!rd->own && !(rd->own = malloc(r->S * sizeof(riblt_symbol))))
         return;
+    if (!rd->parts &&
+        !(rd->parts = malloc(((size_t)r->P + 1) * sizeof(*rd->parts))))
+        return;
     round_reset(p);
-    store_sketch_read(r->s, 0, rd->own, r->S, &rd->own_size);
-    rd->active = true;
+    /* The start time is taken before the snapshot: a change to a
+     * partition later than it may be missing from this round. */
     rd->started_ns = now_ns();
+    rd->gen = r->ring_gen;
+    rd->nparts = round_parts(r, p->node_id, rd->parts);
+    if (store_sketch_read_parts(r->s, rd->parts, rd->nparts, 0, rd->own, r->S,
+                                &rd->own_size) != STORE_OK)
+        return;
+    rd->active = true;
     rd->batch = BATCH_FIRST;
     PST_ADD(&p->st, rounds, 1);
     if (request_symbols(p, 0, rd->batch) != 0)
@@ -974,7 +1193,8 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
     riblt_symbol *remote = r->syms, *own = r->own_syms;
     if (riblt_symbols_decode(q + 16, n * RIBLT_SYMBOL_WIRE_SIZE, remote, n) !=
             (long)n ||
-        stream_symbols(r, rd->own, &rd->own_enc, offset, own, n) != 0)
+        stream_symbols(r, rd->own, &rd->own_enc, rd->parts, rd->nparts,
+                       rd->own_size, offset, own, n) != 0)
         return -1;
     for (size_t i = 0; i < n; i++) {
         riblt_symbol *d = &rd->diffs[rd->ndiffs++];
@@ -1026,6 +1246,43 @@ static int on_mutations(struct repl *r, struct peer *p, const uint8_t *q,
     return 0;
 }
 
+/*
+ * The INFO a dialled peer sends once the link is ready: its weight, its
+ * ring parameters and the address of its client port (where requests for
+ * its partitions are relayed). A peer whose P or R differ from ours is
+ * kept out of the ring (ring_refresh).
+ */
+static int on_info(struct repl *r, struct peer *p, const uint8_t *q,
+                   size_t len)
+{
+    if (len < 12 || len - 12 > REPL_LINK_ADDR_MAX)
+        return -1;
+    uint32_t weight = repl_wire_get_u32(q);
+    if (weight == 0 || weight > RING_MAX_WEIGHT)
+        return -1;
+    char name[REPL_LINK_ADDR_MAX + 1], err[256];
+    struct sockaddr_storage ss;
+    socklen_t sl = 0;
+    memcpy(name, q + 12, len - 12);
+    name[len - 12] = '\0';
+    memset(&ss, 0, sizeof(ss));
+    if (len > 12 && repl_link_resolve("client", name, len - 12, &ss, &sl, err,
+                                      sizeof(err)) != 0)
+        return -1;
+    pthread_mutex_lock(&r->plock);
+    if (!p->info || strcmp(p->client, name) != 0 || p->weight != weight)
+        r->republish = true;
+    p->weight = weight;
+    p->info_partitions = repl_wire_get_u32(q + 4);
+    p->info_replicas = repl_wire_get_u32(q + 8);
+    memcpy(p->client, name, len - 12 + 1);
+    p->client_addr = ss;
+    p->client_addrlen = sl;
+    p->info = true;
+    pthread_mutex_unlock(&r->plock);
+    return 0;
+}
+
 /* A reply on an outgoing, authenticated connection. */
 static int on_reply(struct conn *c, const repl_frame *f)
 {
@@ -1043,7 +1300,17 @@ static int on_reply(struct conn *c, const repl_frame *f)
                                  repl_wire_get_u64(f->payload));
         return 0;
     case REPL_MSG_ERROR:
+        /* Rings that disagree (membership still settling) fail the round
+         * and keep the connection; anything else closes it. */
+        if (f->length >= 4 && repl_wire_get_u32(f->payload) == ERR_RING &&
+            p->round.active) {
+            PST_ADD(&c->r->st, ring_mismatch, 1);
+            round_fail(p, "ring mismatch");
+            return 0;
+        }
         return -1;
+    case REPL_MSG_INFO:
+        return on_info(c->r, p, f->payload, f->length);
     default:
         return -1;
     }
@@ -1062,12 +1329,23 @@ static int conn_frame(void *arg, repl_link *l, const repl_frame *f)
 static void conn_ready(void *arg, repl_link *l)
 {
     struct conn *c = arg;
+    struct repl *r = c->r;
     if (c->peer) {
         c->peer->connecting = false;
         c->peer->backoff_ms = 0;
+        c->peer->down_since_ns = 0;
         __atomic_store_n(&c->peer->node_id, repl_link_peer_id(l),
                          __ATOMIC_RELAXED);
     }
+    /* Both sides say who they are for the ring (the dialler's INFO is
+     * ignored: each node learns its peers by dialling them). */
+    size_t n = strlen(r->advertise);
+    uint8_t *q = payload_area(r);
+    repl_wire_put_u32(q, r->o.ring_weight ? r->o.ring_weight : 1);
+    repl_wire_put_u32(q + 4, r->P);
+    repl_wire_put_u32(q + 8, partitioned(r) ? r->o.replicas : 0);
+    memcpy(q + 12, r->advertise, n);
+    conn_send(c, REPL_MSG_INFO, (uint32_t)(12 + n));
 }
 
 /* The output drained to BULK_LOW_WATER: a bulk transfer goes on. */
@@ -1136,6 +1414,208 @@ static bool peer_ready(const struct peer *p)
     return p->conn && repl_link_ready(p->conn->link);
 }
 
+/* ========================================================== placement */
+
+/* What the client threads read: a copy of the ring and the client
+ * addresses of its members. Immutable once published. */
+struct route_member {
+    uint32_t node;
+    bool self;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    char name[REPL_LINK_ADDR_MAX + 1];
+};
+
+struct route {
+    ring *ring;
+    size_t n;
+    struct route_member m[]; /* sorted by node id */
+};
+
+static void route_free(struct route *rt)
+{
+    if (!rt)
+        return;
+    ring_destroy(rt->ring);
+    free(rt);
+}
+
+/* Copies the current ring and addresses and swaps them in for readers. */
+static void route_publish(struct repl *r)
+{
+    size_t n = ring_size(r->ring);
+    ring_member *m = calloc(n ? n : 1, sizeof(*m));
+    struct route *rt = calloc(1, sizeof(*rt) + n * sizeof(rt->m[0]));
+    if (!m || !rt || !(rt->ring = ring_clone(r->ring, NULL))) {
+        free(m);
+        free(rt);
+        r->republish = true; /* try again next tick */
+        return;
+    }
+    ring_members(r->ring, m, n);
+    rt->n = n;
+    for (size_t i = 0; i < n; i++) {
+        struct route_member *rm = &rt->m[i];
+        rm->node = m[i].node;
+        if (m[i].node == r->o.node_id) {
+            rm->self = true;
+            rm->addr = r->adv_addr;
+            rm->addrlen = r->adv_len;
+            snprintf(rm->name, sizeof(rm->name), "%s", r->advertise);
+            continue;
+        }
+        for (int j = 0; j < r->npeers; j++) {
+            struct peer *p = &r->peers[j];
+            if (!p->vacant && p->info && p->node_id == m[i].node) {
+                rm->addr = p->client_addr;
+                rm->addrlen = p->client_addrlen;
+                snprintf(rm->name, sizeof(rm->name), "%s", p->client);
+                break;
+            }
+        }
+    }
+    free(m);
+    pthread_rwlock_wrlock(&r->rlock);
+    struct route *old = r->route;
+    r->route = rt;
+    pthread_rwlock_unlock(&r->rlock);
+    route_free(old);
+    r->republish = false;
+}
+
+static int cmp_member(const void *a, const void *b)
+{
+    const ring_member *x = a, *y = b;
+    return x->node < y->node ? -1 : x->node > y->node;
+}
+
+/*
+ * Rebuilds the ring when its membership changed: this node, and every
+ * peer whose INFO arrived, with our P and R, that is alive (registry
+ * members: not dead in the view; static peers: connected, or down for
+ * less than down_ms). Partitions gained start catching up; partitions
+ * lost are remembered as held until handed off.
+ */
+static void ring_refresh(struct repl *r, uint64_t now)
+{
+    ring_member m[PEER_MAX + 1], cur[PEER_MAX + 1];
+    size_t n = 0;
+    m[n++] = (ring_member){r->o.node_id, r->o.ring_weight};
+    for (int i = 0; i < r->npeers; i++) {
+        struct peer *p = &r->peers[i];
+        if (p->vacant || p->self || !p->info || p->node_id == 0 ||
+            p->node_id == r->o.node_id || p->client_addrlen == 0 ||
+            p->info_partitions != r->P || p->info_replicas != r->o.replicas)
+            continue;
+        bool alive =
+            p->from_registry
+                ? p->member != REGISTRY_DEAD
+                : peer_ready(p) || (p->down_since_ns != 0 &&
+                                    now - p->down_since_ns <
+                                        (uint64_t)r->o.down_ms * 1000000ull);
+        if (!alive)
+            continue;
+        bool dup = false;
+        for (size_t k = 0; k < n; k++)
+            dup |= m[k].node == p->node_id;
+        if (!dup)
+            m[n++] = (ring_member){p->node_id, p->weight};
+    }
+    qsort(m, n, sizeof(m[0]), cmp_member);
+    size_t ncur = ring_members(r->ring, cur, PEER_MAX + 1);
+    if (ncur == n && memcmp(cur, m, n * sizeof(m[0])) == 0) {
+        if (r->republish)
+            route_publish(r);
+        return;
+    }
+    ring *next = ring_clone(r->ring, NULL);
+    if (!next || ring_set_members(next, m, n) != RING_OK) {
+        ring_destroy(next);
+        return;
+    }
+    for (uint32_t p = 0; p < r->P; p++) {
+        bool own = ring_is_owner(next, p, r->o.node_id);
+        if (own && !r->owned[p]) {
+            ASTORE(r->owned[p], 1);
+            ASTORE(r->ready[p], (uint8_t)(ring_owner_count(next) == 1));
+            ASTORE(r->lost_ns[p], 0);
+        } else if (!own && r->owned[p]) {
+            ASTORE(r->owned[p], 0);
+            ASTORE(r->ready[p], 0);
+            ASTORE(r->lost_ns[p], now);
+        }
+    }
+    ring_destroy(r->ring);
+    r->ring = next;
+    r->ring_gen++;
+    PST_ADD(&r->st, ring_changes, 1);
+    route_publish(r);
+}
+
+/*
+ * True when every owner of lost partition p has completed a round with us
+ * under the current ring that started after the last change to p here:
+ * each holds what we hold, and p may go.
+ */
+static bool handed_off(struct repl *r, uint32_t p)
+{
+    uint64_t changed = ALOAD(r->changed_ns[p]);
+    const uint32_t *own = ring_owners_ref(r->ring, p);
+    size_t k = ring_owner_count(r->ring);
+    for (size_t i = 0; i < k; i++) {
+        struct peer *peer = NULL;
+        for (int j = 0; j < r->npeers && !peer; j++)
+            if (!r->peers[j].vacant && r->peers[j].node_id == own[i])
+                peer = &r->peers[j];
+        if (!peer || peer->ok_gen != r->ring_gen ||
+            peer->ok_started_ns <= changed)
+            return false;
+    }
+    return k > 0;
+}
+
+/*
+ * Every tick: partitions changed here that we do not own become held
+ * (a write served while rings disagreed); held partitions empty again are
+ * forgotten; held partitions past the hand-off time whose owners all
+ * have what we hold are dropped, a bounded number of mutations a tick.
+ */
+static void handoff_tick(struct repl *r, uint64_t now)
+{
+    size_t n = 0;
+    for (uint32_t p = 0; p < r->P; p++) {
+        if (r->owned[p])
+            continue;
+        if (!r->lost_ns[p] && ALOAD(r->changed_ns[p]) > r->last_tick_ns)
+            ASTORE(r->lost_ns[p], now);
+        if (!r->lost_ns[p])
+            continue;
+        uint64_t muts = 0, items = 0, bytes = 0;
+        store_partition_stats(r->s, p, &muts, &items, &bytes);
+        if (muts == 0) {
+            ASTORE(r->lost_ns[p], 0);
+            continue;
+        }
+        if (now - r->lost_ns[p] < (uint64_t)r->o.handoff_ms * 1000000ull ||
+            !handed_off(r, p))
+            continue;
+        r->parts_buf[n++] = p;
+    }
+    r->last_tick_ns = now;
+    if (n == 0)
+        return;
+    size_t k = store_drop_partitions(r->s, r->parts_buf, n, DROP_BUDGET);
+    PST_ADD(&r->st, items_dropped, k);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t muts = 0, items = 0, bytes = 0;
+        store_partition_stats(r->s, r->parts_buf[i], &muts, &items, &bytes);
+        if (muts == 0) {
+            ASTORE(r->lost_ns[r->parts_buf[i]], 0);
+            PST_ADD(&r->st, partitions_dropped, 1);
+        }
+    }
+}
+
 /*
  * Arms the next tick after a period jittered to between 0.5 and 1.5 times
  * repl_period_ms, so that nodes started together drift apart instead of
@@ -1157,6 +1637,12 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     uint64_t now = now_ns();
     int ready[PEER_MAX], nready = 0;
+    if (partitioned(r)) {
+        pthread_mutex_lock(&r->plock);
+        ring_refresh(r, now);
+        pthread_mutex_unlock(&r->plock);
+        handoff_tick(r, now);
+    }
     for (int i = 0; i < r->npeers; i++) {
         struct peer *p = &r->peers[i];
         if (p->self || p->vacant || p->member == REGISTRY_DEAD)
@@ -1189,6 +1675,7 @@ static void peer_release(struct repl *r, struct peer *p)
     free(p->round.own);
     free(p->round.diffs);
     free(p->round.wanted);
+    free(p->round.parts);
     riblt_decoder_destroy(p->round.dec);
     memset(p, 0, sizeof(*p));
     p->r = r;
@@ -1300,6 +1787,11 @@ static int on_ping(void *arg, uint32_t target, uint64_t token)
 static void repl_on_change(void *arg, store_item *it, bool origin_local)
 {
     struct repl *r = arg;
+    if (partitioned(r)) {
+        uint32_t p = store_item_partition(it);
+        if (p <= r->P)
+            ASTORE(r->changed_ns[p], now_ns());
+    }
     if (!origin_local) {
         store_item_release(it);
         return;
@@ -1322,12 +1814,16 @@ static void repl_on_change(void *arg, store_item *it, bool origin_local)
     }
 }
 
-/* Sends one MUTATIONS frame (at payload_area) to every ready peer. */
-static void push_frame(struct repl *r, size_t len, uint32_t count)
+/*
+ * Sends one MUTATIONS frame (at payload_area) to every ready peer, or only
+ * to `only` when it is not NULL.
+ */
+static void push_frame(struct repl *r, size_t len, uint32_t count,
+                       struct peer *only)
 {
     for (int i = 0; i < r->npeers; i++) {
         struct peer *p = &r->peers[i];
-        if (!peer_ready(p))
+        if (!peer_ready(p) || (only && p != only))
             continue;
         if (repl_link_output_length(p->conn->link) > OUT_HIGH_WATER) {
             PST_ADD(&p->st, push_dropped, count);
@@ -1339,6 +1835,35 @@ static void push_frame(struct repl *r, size_t len, uint32_t count)
         conn_send(p->conn, REPL_MSG_MUTATIONS, (uint32_t)len);
         PST_ADD(&p->st, pushed, count);
     }
+}
+
+/*
+ * Pushes a batch of fresh writes: to every peer (only NULL), or to one
+ * peer, the items of partitions it owns (and the global one).
+ */
+static void push_batch(struct repl *r, store_item **batch, size_t n,
+                       struct peer *only)
+{
+    size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
+    uint8_t *q = payload_area(r);
+    size_t len = 5;
+    uint32_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (only) {
+            uint32_t p = store_item_partition(batch[i]);
+            if (p < r->P && !ring_is_owner(r->ring, p, only->node_id))
+                continue;
+        }
+        if (len + REPL_WIRE_MUT_FIXED + 250 + r->o.item_size_max > cap) {
+            push_frame(r, len, count, only);
+            len = 5;
+            count = 0;
+        }
+        if (put_item(q, cap, &len, batch[i]))
+            count++;
+    }
+    if (count)
+        push_frame(r, len, count, only);
 }
 
 static void on_wake(evutil_socket_t fd, short what, void *arg)
@@ -1363,21 +1888,16 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         pthread_mutex_unlock(&r->qlock);
         if (n == 0)
             return;
-        uint8_t *q = payload_area(r);
-        size_t len = 5;
-        uint32_t count = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (len + REPL_WIRE_MUT_FIXED + 250 + r->o.item_size_max > cap) {
-                push_frame(r, len, count);
-                len = 5;
-                count = 0;
-            }
-            if (put_item(q, cap, &len, batch[i]))
-                count++;
-            store_item_release(batch[i]);
+        if (!partitioned(r)) {
+            push_batch(r, batch, n, NULL);
+        } else {
+            /* Each peer gets the writes of the partitions it owns. */
+            for (int i = 0; i < r->npeers; i++)
+                if (peer_ready(&r->peers[i]))
+                    push_batch(r, batch, n, &r->peers[i]);
         }
-        if (count)
-            push_frame(r, len, count);
+        for (size_t i = 0; i < n; i++)
+            store_item_release(batch[i]);
     }
 }
 
@@ -1426,6 +1946,61 @@ static int bind_listener(struct repl *r, char *err, size_t nerr)
     return REPL_OK;
 }
 
+/*
+ * With replicas > 0: checks that the store is partitioned like the ring,
+ * resolves our client address, and starts from a ring of this node alone
+ * (it owns everything until peers are learnt).
+ */
+static int placement_setup(struct repl *r, char *err, size_t nerr)
+{
+    const repl_options *o = &r->o;
+    snprintf(r->advertise, sizeof(r->advertise), "%s",
+             o->advertise ? o->advertise : "");
+    if (o->replicas == 0)
+        return REPL_OK;
+    if (o->ring_partitions == 0 || o->ring_partitions > RING_MAX_PARTITIONS ||
+        store_partitions(r->s) != o->ring_partitions) {
+        snprintf(err, nerr, "the store is not partitioned as ring_partitions");
+        return REPL_ERR_CONFIG;
+    }
+    if (o->ring_weight == 0 || o->ring_weight > RING_MAX_WEIGHT) {
+        snprintf(err, nerr, "ring_weight must be 1..%u", RING_MAX_WEIGHT);
+        return REPL_ERR_CONFIG;
+    }
+    if (!r->advertise[0] ||
+        repl_link_resolve("advertise", r->advertise, strlen(r->advertise),
+                          &r->adv_addr, &r->adv_len, err, nerr) != 0) {
+        if (!r->advertise[0])
+            snprintf(err, nerr,
+                     "replicas > 0 needs advertise (host:port of this "
+                     "node's client port)");
+        return REPL_ERR_CONFIG;
+    }
+    r->P = o->ring_partitions;
+    size_t n = (size_t)r->P + 1;
+    r->owned = calloc(n, 1);
+    r->ready = calloc(n, 1);
+    r->changed_ns = calloc(n, sizeof(uint64_t));
+    r->lost_ns = calloc(n, sizeof(uint64_t));
+    r->parts_buf = calloc(n, sizeof(uint32_t));
+    int rc = 0;
+    r->ring = ring_create(r->P, o->replicas, &rc);
+    if (!r->owned || !r->ready || !r->changed_ns || !r->lost_ns ||
+        !r->parts_buf || !r->ring ||
+        ring_add(r->ring, o->node_id, o->ring_weight) != RING_OK) {
+        snprintf(err, nerr, "out of memory");
+        return REPL_ERR_NOMEM;
+    }
+    memset(r->owned, 1, n);
+    memset(r->ready, 1, n);
+    route_publish(r);
+    if (!r->route) {
+        snprintf(err, nerr, "out of memory");
+        return REPL_ERR_NOMEM;
+    }
+    return REPL_OK;
+}
+
 repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
 {
     if (o->port == 0) {
@@ -1456,6 +2031,7 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
     r->o = *o;
     r->s = s;
     r->S = store_sketch_symbols(s);
+    pthread_rwlock_init(&r->rlock, NULL);
     r->wake_fd = r->stop_fd = -1;
     r->secret = strdup(o->secret ? o->secret : "");
     r->listen = strdup(o->listen && o->listen[0] ? o->listen : "127.0.0.1");
@@ -1473,6 +2049,8 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
         goto fail;
     }
     if (peers_parse(r, o->peers, err, nerr) != REPL_OK)
+        goto fail;
+    if (placement_setup(r, err, nerr) != REPL_OK)
         goto fail;
     r->base = event_base_new();
     r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -1543,6 +2121,7 @@ void repl_destroy(repl *r)
         free(p->round.own);
         free(p->round.diffs);
         free(p->round.wanted);
+        free(p->round.parts);
         riblt_decoder_destroy(p->round.dec);
     }
     while (r->incoming)
@@ -1568,6 +2147,14 @@ void repl_destroy(repl *r)
         close(r->stop_fd);
     pthread_mutex_destroy(&r->qlock);
     pthread_mutex_destroy(&r->plock);
+    route_free(r->route);
+    pthread_rwlock_destroy(&r->rlock);
+    ring_destroy(r->ring);
+    free(r->owned);
+    free(r->ready);
+    free(r->changed_ns);
+    free(r->lost_ns);
+    free(r->parts_buf);
     free(r->queue);
     free(r->scratch);
     free(r->syms);
@@ -1649,4 +2236,114 @@ void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg)
 #undef PSTATS_EMIT
     }
     pthread_mutex_unlock(&r->plock);
+}
+
+/* ============================================================== route */
+
+int repl_route(repl *r, const char *key, size_t nkey, bool write,
+               repl_target *out, int cap)
+{
+    if (!r || !partitioned(r))
+        return 0;
+    int n = 0;
+    pthread_rwlock_rdlock(&r->rlock);
+    const struct route *rt = r->route;
+    uint32_t p = ring_partition(rt->ring, key, nkey);
+    const uint32_t *own = ring_owners_ref(rt->ring, p);
+    size_t k = own ? ring_owner_count(rt->ring) : 0;
+    bool mine = false;
+    for (size_t i = 0; i < k; i++)
+        mine |= own[i] == r->o.node_id;
+    /* Owned: writes are taken here; reads too once caught up, until then
+     * they go to an owner that is (or that has been here longer). */
+    if (!mine || !(write || ALOAD(r->ready[p]))) {
+        for (size_t i = 0; i < k && n < cap; i++) {
+            if (own[i] == r->o.node_id)
+                continue;
+            size_t lo = 0, hi = rt->n;
+            while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (rt->m[mid].node < own[i])
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (lo == rt->n || rt->m[lo].node != own[i] ||
+                rt->m[lo].addrlen == 0)
+                continue;
+            out[n].node = own[i];
+            out[n].addr = rt->m[lo].addr;
+            out[n].addrlen = rt->m[lo].addrlen;
+            n++;
+        }
+    }
+    pthread_rwlock_unlock(&r->rlock);
+    return n;
+}
+
+void repl_emit_ring_stats(repl *r, stats_emit_fn emit, void *arg)
+{
+    char name[64], val[256];
+    if (!partitioned(r)) {
+        emit(arg, "ring_replicas", "0");
+        emit(arg, "ring_mode", "full");
+        return;
+    }
+    pthread_rwlock_rdlock(&r->rlock);
+    const struct route *rt = r->route;
+    snprintf(val, sizeof(val), "%u", ring_partitions(rt->ring));
+    emit(arg, "ring_partitions", val);
+    snprintf(val, sizeof(val), "%u", ring_replicas(rt->ring));
+    emit(arg, "ring_replicas", val);
+    emit(arg, "ring_hash", "fnv1a64-splitmix64");
+    snprintf(val, sizeof(val), "%016llx",
+             (unsigned long long)ring_fingerprint(rt->ring));
+    emit(arg, "ring_fingerprint", val);
+    snprintf(val, sizeof(val), "%zu", rt->n);
+    emit(arg, "ring_members", val);
+    ring_member *m = calloc(rt->n ? rt->n : 1, sizeof(*m));
+    if (m) {
+        ring_members(rt->ring, m, rt->n);
+        for (size_t i = 0; i < rt->n; i++) {
+            snprintf(name, sizeof(name), "ring_member:%u", rt->m[i].node);
+            snprintf(val, sizeof(val), "%u %s %s", m[i].weight,
+                     rt->m[i].name[0] ? rt->m[i].name : "-",
+                     rt->m[i].self ? "self" : "alive");
+            emit(arg, name, val);
+        }
+        free(m);
+    }
+    uint64_t owned = 0, catching = 0, held = 0;
+    for (uint32_t p = 0; p < r->P; p++) {
+        if (ALOAD(r->owned[p])) {
+            owned++;
+            catching += !ALOAD(r->ready[p]);
+        } else if (ALOAD(r->lost_ns[p])) {
+            held++;
+        }
+    }
+#define RING_EMIT(label, v)                                                   \
+    snprintf(val, sizeof(val), "%llu", (unsigned long long)(v));              \
+    emit(arg, label, val);
+    RING_EMIT("ring_changes", PST_GET(&r->st, ring_changes))
+    RING_EMIT("partitions_owned", owned)
+    RING_EMIT("partitions_catching_up", catching)
+    RING_EMIT("partitions_held", held)
+    RING_EMIT("ring_mismatch", PST_GET(&r->st, ring_mismatch))
+    RING_EMIT("rejected_records", PST_GET(&r->st, rejected_records))
+    RING_EMIT("partitions_dropped", PST_GET(&r->st, partitions_dropped))
+    RING_EMIT("items_dropped", PST_GET(&r->st, items_dropped))
+#undef RING_EMIT
+    uint32_t k = ring_owner_count(rt->ring);
+    for (uint32_t p = 0; p < r->P; p++) {
+        const uint32_t *own = ring_owners_ref(rt->ring, p);
+        size_t len = 0;
+        val[0] = '\0';
+        for (uint32_t i = 0; own && i < k && len < sizeof(val) - 12; i++)
+            len += (size_t)snprintf(val + len, sizeof(val) - len, "%s%u",
+                                    i ? "," : "", own[i]);
+        snprintf(name, sizeof(name), "ring_partition:%u", p);
+        emit(arg, name, val);
+    }
+    pthread_rwlock_unlock(&r->rlock);
 }

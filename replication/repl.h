@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "registry.h"
 #include "stats.h"
@@ -48,6 +49,17 @@ typedef struct repl_options {
     /* Membership through registries ("host:port,..."; empty = none). */
     const char *registries;
     registry_timing timing; /* heartbeats and probing */
+    /*
+     * Placement (replicas > 0): the store must have been created with
+     * store_options.partitions = ring_partitions and a partition function
+     * of ring_hash_key(key) mod ring_partitions.
+     */
+    uint32_t replicas;        /* copies of each key; 0 = every node, all */
+    uint32_t ring_partitions; /* P, the same on every node */
+    uint32_t ring_weight;     /* this node's weight (1..65535) */
+    uint32_t handoff_ms;      /* a lost partition is kept at least this long */
+    uint32_t down_ms;      /* a static peer down this long leaves the ring */
+    const char *advertise; /* "host:port" of this node's client port */
 } repl_options;
 
 void repl_options_default(repl_options *o);
@@ -69,5 +81,26 @@ void repl_destroy(repl *r);
 
 /* Lists the "stats replication" group (safe from any thread). */
 void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg);
+
+/* Lists the "stats ring" group (safe from any thread). */
+void repl_emit_ring_stats(repl *r, stats_emit_fn emit, void *arg);
+
+/* An owner a client request may be relayed to. */
+typedef struct repl_target {
+    uint32_t node;
+    struct sockaddr_storage addr; /* its client port */
+    socklen_t addrlen;
+} repl_target;
+
+/*
+ * Where a request for key is served (called on client worker threads;
+ * takes a read lock on the published ring). Returns 0 when this node
+ * serves it: full replication, or this node owns the key's partition and
+ * either the request writes or the partition has caught up. Otherwise
+ * copies up to cap other owners, best first, to out and returns how many
+ * (0 when there is no other owner: serve here).
+ */
+int repl_route(repl *r, const char *key, size_t nkey, bool write,
+               repl_target *out, int cap);
 
 #endif /* REPL_H */

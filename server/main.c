@@ -37,6 +37,7 @@
 #if __has_include("repl.h")
 #include "registry.h"
 #include "repl.h"
+#include "ring.h"
 #define HAVE_REPL 1
 #endif
 #endif
@@ -295,6 +296,88 @@ static void repl_stats(void *arg, stats_emit_fn emit, void *emit_arg)
     repl_emit_stats(arg, emit, emit_arg);
 }
 
+static void ring_stats(void *arg, stats_emit_fn emit, void *emit_arg)
+{
+    repl_emit_ring_stats(arg, emit, emit_arg);
+}
+
+/* The store's partition of a key: the ring's, computed the same way. */
+static uint32_t key_partition(void *arg, const char *key, size_t nkey)
+{
+    (void)arg;
+    return (uint32_t)(ring_hash_key(key, nkey) % d.opts.ring_partitions);
+}
+
+/* proto_route_fn over the replication ring. */
+static int route_key(void *arg, const char *key, size_t nkey, bool write,
+                     proto_target *out, int cap)
+{
+    repl_target t[PROTO_ROUTE_MAX];
+    if (cap > PROTO_ROUTE_MAX) {
+        cap = PROTO_ROUTE_MAX;
+    }
+    int n = repl_route(arg, key, nkey, write, t, cap);
+    for (int i = 0; i < n; i++) {
+        out[i].node = t[i].node;
+        out[i].addr = t[i].addr;
+        out[i].addrlen = t[i].addrlen;
+    }
+    return n;
+}
+
+/*
+ * With replicas > 0 the store keeps one set per ring partition. Checks
+ * the settings placement needs (a TCP client port other nodes can reach,
+ * no SASL: relayed requests carry no credentials).
+ */
+static void placement_store_options(store_options *so)
+{
+    if (d.opts.replicas == 0) {
+        return;
+    }
+    if (d.opts.repl_port == 0) {
+        die(EXIT_STARTUP, "replicas > 0 needs repl_port");
+    }
+    if (d.opts.auth_enabled_sasl) {
+        die(EXIT_STARTUP, "replicas > 0 cannot be combined with SASL: "
+                          "relayed requests carry no credentials");
+    }
+    so->partitions = (uint32_t)d.opts.ring_partitions;
+    so->partition_fn = key_partition;
+    so->partition_arg = NULL;
+    so->partition_sketch_symbols = (size_t)d.opts.partition_sketch_symbols;
+}
+
+/*
+ * The address other nodes relay requests to: advertise, or the first -l
+ * address with -p when it is a single concrete address.
+ */
+static void advertise_address(char *out, size_t n)
+{
+    if (d.opts.advertise != NULL && d.opts.advertise[0] != '\0') {
+        snprintf(out, n, "%s", d.opts.advertise);
+        return;
+    }
+    char host[256];
+    size_t k = strcspn(d.opts.inter, ", ");
+    if (k >= sizeof(host)) {
+        k = sizeof(host) - 1;
+    }
+    memcpy(host, d.opts.inter, k);
+    host[k] = '\0';
+    if (d.opts.tcpport == 0 || d.opts.domain_socket != NULL || k == 0 ||
+        strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 ||
+        strcmp(host, "*") == 0) {
+        die(EXIT_STARTUP, "replicas > 0 needs advertise = host:port (the "
+                          "client address other nodes relay to)");
+    }
+    if (strchr(host, ':') != NULL) {
+        snprintf(out, n, "[%s]:%u", host, (unsigned)d.opts.tcpport);
+    } else {
+        snprintf(out, n, "%s:%u", host, (unsigned)d.opts.tcpport);
+    }
+}
+
 static void registry_stats(void *arg, stats_emit_fn emit, void *emit_arg)
 {
     registry_server_emit_stats(arg, emit, emit_arg);
@@ -356,11 +439,26 @@ static void repl_setup(void)
     ro.item_size_max = (size_t)d.opts.item_size_max;
     ro.registries = d.opts.registry ? d.opts.registry : "";
     timing_from_options(&ro.timing);
+    char adv[300] = "";
+    if (d.opts.replicas > 0) {
+        advertise_address(adv, sizeof(adv));
+    }
+    ro.replicas = (uint32_t)d.opts.replicas;
+    ro.ring_partitions = (uint32_t)d.opts.ring_partitions;
+    ro.ring_weight = (uint32_t)d.opts.ring_weight;
+    ro.handoff_ms = (uint32_t)d.opts.ring_handoff_ms;
+    ro.down_ms = (uint32_t)d.opts.ring_down_ms;
+    ro.advertise = adv;
     d.repl = repl_create(d.store, &ro, err, sizeof(err));
     if (d.repl == NULL) {
         die(EXIT_STARTUP, "replication: %s", err);
     }
     stats_register_group("replication", repl_stats, d.repl);
+    stats_register_group("ring", ring_stats, d.repl);
+    if (d.opts.replicas > 0) {
+        d.pcfg.route_fn = route_key;
+        d.pcfg.route_arg = d.repl;
+    }
 }
 
 static void repl_run(void)
@@ -373,6 +471,15 @@ static void repl_run(void)
     }
 }
 #else
+static void placement_store_options(store_options *so)
+{
+    (void)so;
+    if (d.opts.replicas != 0) {
+        die(EXIT_STARTUP, "this build has no replication (replicas must "
+                          "be 0)");
+    }
+}
+
 static void repl_setup(void)
 {
     if (d.opts.repl_port != 0 || d.opts.registry_port != 0) {
@@ -522,6 +629,7 @@ static void start(void)
     so.tombstone_grace = (uint32_t)d.opts.tombstone_grace;
     so.sketch_symbols = (size_t)d.opts.sketch_symbols;
     so.hash_power = (unsigned)d.opts.hashpower_init;
+    placement_store_options(&so);
     d.store = store_create(&so, &err);
     if (d.store == NULL) {
         die(EXIT_STARTUP, "cannot create the store: %s", store_strerror(err));

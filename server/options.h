@@ -167,6 +167,20 @@ enum options_proto {
       "10000", 1, 3600000, "a round taking longer fails")                     \
     X(repl_push_queue, 0, "repl-push-queue", OPTIONS_UINT, "65536", 1,        \
       4294967295ULL, "fresh writes waiting for eager push, cap")              \
+    X(replicas, 0, "replicas", OPTIONS_UINT, "0", 0, 1024,                    \
+      "copies of each key (0 = every node holds every key)")                  \
+    X(ring_partitions, 0, "ring-partitions", OPTIONS_UINT, "1024", 1, 65536,  \
+      "partitions of the placement ring (the same on every node)")            \
+    X(ring_weight, 0, "ring-weight", OPTIONS_UINT, "1", 1, 65535,             \
+      "this node's share of the partitions, relative to the others")          \
+    X(partition_sketch_symbols, 0, "partition-sketch-symbols", OPTIONS_UINT,  \
+      "256", 16, 65536, "coded symbols kept per partition (replicas > 0)")    \
+    X(ring_handoff_ms, 0, "ring-handoff-ms", OPTIONS_UINT, "10000", 0,        \
+      86400000, "a partition this node lost is kept this long at least")     \
+    X(ring_down_ms, 0, "ring-down-ms", OPTIONS_UINT, "3000", 0, 86400000,     \
+      "a static peer unreachable this long leaves the ring")                  \
+    X(advertise, 0, "advertise", OPTIONS_STR, NULL, 0, 0,                     \
+      "host:port other nodes relay client requests to (default: -l and -p)") \
     X(registry, 0, "registry", OPTIONS_STR, NULL, 0, 0,                       \
       "registries to join, host:port,host:port (needs repl_port)")            \
     X(registry_port, 0, "registry-port", OPTIONS_UINT, "0", 0, 65535,         \

@@ -54,6 +54,7 @@ FETCH = 12
 MUTATIONS = 13
 DONE = 14
 ERROR = 15
+INFO = 17  # weight, P, R, client address: sent by a node once ready
 
 SYMBOL_SIZE = 32
 ZERO_TAG = bytes(TAG)
@@ -126,7 +127,16 @@ class Peer:
 
     def recv_frame(self, timeout=5.0):
         """(type, seq, payload) of the next frame; verifies the tag (or
-        that it is zero before the session key exists) and the seq."""
+        that it is zero before the session key exists) and the seq. The
+        INFO a node sends once the link is ready is kept in self.info and
+        skipped."""
+        while True:
+            ftype, seq, payload = self._recv_one(timeout)
+            if ftype != INFO:
+                return ftype, seq, payload
+            self.info = payload
+
+    def _recv_one(self, timeout):
         self._fill(HEADER, timeout)
         if self.buf[:3] != b"RB" + bytes([VERSION]):
             raise AssertionError("bad magic %r" % self.buf[:4])
