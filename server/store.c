@@ -24,12 +24,26 @@
  *     snapshots exactly that set. The journal doubles when it holds more
  *     than 1.5 ids per bucket, rehashing under the set lock: a brief pause
  *     of all writes, amortized O(1) per write.
+ *   - Partitions. Every item carries its partition (16 bits on the same
+ *     cache line as its id; 0 when unpartitioned), computed once by
+ *     item_new from the key. There is one sketch per partition (P + 1 in
+ *     partitioned mode, the last one the global partition of the empty key,
+ *     one when unpartitioned) with the partition's counters (mutations,
+ *     values, bytes), all under the set lock next to the one journal, so
+ *     every partition's sketch is the sketch of its journal ids. A key's
+ *     partition is a function of the key, so every set change touches one
+ *     partition: a read summing several sketches may therefore let the set
+ *     lock go between two partitions (it does every READ_HOLD_SYMBOLS
+ *     symbols) and still include no write by half. Journal walks by
+ *     partition filter the one journal with a bitmap; drop walks the key
+ *     table from its own cursor, like sweep.
  *   - The LRU is one list of linked VALUE items under the LRU lock. Reads do
  *     not take that lock except to move an item to the head, which happens
  *     at most once per LRU_BUMP_SECS per item (as memcached does); writes
  *     link the new item at the head and unlink the one it replaces.
  *
  * Lock order. sweep lock -> one stripe lock -> (set lock | LRU lock). The
+ * sweep lock serializes store_sweep and store_drop_partitions. The
  * set lock and the LRU lock are never held together, and no thread ever
  * holds two stripe locks. Eviction takes the LRU lock alone to pick a victim
  * (pinning it with a reference), drops it, then takes the victim's stripe

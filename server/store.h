@@ -9,7 +9,9 @@
  *   - the journal (mutation id -> current mutation), the set that nodes
  *     reconcile: exactly the ids of the current mutation of every key held,
  *     tombstones included until swept;
- *   - the materialized R-IBLT sketch of that set.
+ *   - the materialized R-IBLT sketch of that set; in partitioned mode
+ *     (store_options.partitions) one sketch per partition, the set being
+ *     split by key (see "Partitions" below).
  *
  * All writes, from clients and from peers, end in one internal function that
  * compares versions (last writer wins: a mutation replaces the current one
