@@ -2164,7 +2164,9 @@ static size_t journal_snapshot(store *s, const uint64_t *bits, bool tails,
 
     pthread_mutex_lock(&s->set_lock);
     uint64_t want = journal_count(s, bits);
-    size_t bytes = (want ? want : 1) * esz;
+    /* One spare entry: the filtered walk writes every item, then keeps it
+     * or not (no branch to mispredict, so chain loads overlap). */
+    size_t bytes = (want + 1) * esz;
     if (tails) {
         /* Tens of megabytes at a million keys: ask for huge pages, faulting
          * them in 4 KiB at a time would cost more than the copy. */
@@ -2180,14 +2182,14 @@ static size_t journal_snapshot(store *s, const uint64_t *bits, bool tails,
         riblt_id *ie = v;
         for (uint64_t b = 0; b <= s->jmask; b++) {
             for (store_item *it = s->jbuckets[b]; it; it = it->jnext) {
-                if (bits != NULL && !bit_has(bits, it->part))
-                    continue;
+                size_t keep = bits == NULL || bit_has(bits, it->part);
                 if (tails) {
                     te[n].id = it->id;
-                    te[n++].tail = it->tail;
+                    te[n].tail = it->tail;
                 } else {
-                    ie[n++] = it->id;
+                    ie[n] = it->id;
                 }
+                n += keep;
             }
         }
     }
@@ -2352,30 +2354,37 @@ static uint64_t droppable(store *s, const uint64_t *bits)
  * Walks the key table from the drop cursor, one stripe lock at a time,
  * unlinking every non-flush item of the marked partitions (do_unlink: key
  * table, journal, sketch, LRU, accounting; no tombstone, no listener),
- * until budget went, the partitions' count says none is left, or the walk
- * came round once.
+ * until budget went, the partitions' count says none is left, the walk
+ * came round once, or it visited DROP_VISITS(budget) entries and removed
+ * at least one (so that 0 still means none is left).
  */
+#define DROP_VISITS(b)                                                        \
+    ((b) > (SIZE_MAX - 4096) / 64 ? SIZE_MAX : (b)*64 + 4096)
+
 size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
                              size_t budget)
 {
-    size_t removed = 0, stripes_left;
+    size_t removed = 0, visits = 0, stripes_left, cap = DROP_VISITS(budget);
     uint64_t *bits, left;
 
     if (s == NULL || budget == 0 || parts_bitmap(s, parts, nparts, &bits) < 0)
         return 0;
+#define DROP_MORE                                                             \
+    (removed < budget && left > 0 && (visits < cap || removed == 0))
     pthread_mutex_lock(&s->sweep_lock);
     pthread_mutex_lock(&s->set_lock);
     left = droppable(s, bits);
     pthread_mutex_unlock(&s->set_lock);
     stripes_left = left ? s->nstripes + 1 : 0;
-    while (stripes_left > 0 && removed < budget && left > 0) {
+    while (stripes_left > 0 && DROP_MORE) {
         struct stripe *sp = &s->stripes[s->drop_stripe];
 
         pthread_mutex_lock(&sp->lock);
-        while (s->drop_bucket <= sp->mask && removed < budget && left > 0) {
+        while (s->drop_bucket <= sp->mask && DROP_MORE) {
             store_item **pp = &sp->buckets[s->drop_bucket];
-            while (*pp != NULL && removed < budget) {
+            while (*pp != NULL && DROP_MORE) {
                 store_item *it = *pp;
+                visits++;
                 if (it->kind == STORE_KIND_FLUSH || !bit_has(bits, it->part)) {
                     pp = &it->hnext;
                     continue;
@@ -2386,7 +2395,8 @@ size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
                     left--;
             }
             if (*pp != NULL)
-                break; /* budget spent mid-chain: resume at this bucket */
+                break; /* stopped mid-chain: resume at this bucket */
+            visits++;
             s->drop_bucket++;
         }
         if (s->drop_bucket > sp->mask) {
@@ -2396,6 +2406,7 @@ size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
         }
         pthread_mutex_unlock(&sp->lock);
     }
+#undef DROP_MORE
     pthread_mutex_unlock(&s->sweep_lock);
     free(bits);
     COUNT_ADD(s, dropped, removed);

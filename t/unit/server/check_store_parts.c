@@ -939,6 +939,47 @@ START_TEST(test_parts_drop_memory)
 }
 END_TEST
 
+/* Calls stop after a bounded walk, yet return 0 only once nothing is left:
+ * a small partition in a large table goes one item per call. */
+START_TEST(test_parts_drop_bounded)
+{
+    fake_clock c = {T0};
+    pfn_state ps = {0, 0, 0};
+    store *s = mkp(&c, &ps, 64, 16, 0);
+    char key[16];
+    uint32_t p = 5;
+    uint64_t m = 0;
+
+    int lone = 0, written = 0;
+
+    /* Partition 7 gets one item only, far from most of the table. */
+    for (int i = 0; i < 30000; i++) {
+        snprintf(key, sizeof(key), "b%d", i);
+        if (part_of(&ps, key) == 7 && lone++ > 0)
+            continue;
+        ck_assert_int_eq(set(s, key, "v"), STORE_STORED);
+        written++;
+    }
+    store_partition_stats(s, p, &m, NULL, NULL);
+    ck_assert_uint_gt(m, 100);
+    size_t calls = 0, n;
+    while ((n = store_drop_partitions(s, &p, 1, 1)) > 0 && calls <= m) {
+        ck_assert_uint_eq(n, 1);
+        calls++;
+    }
+    ck_assert_uint_eq(calls, m);
+    ck_assert_uint_eq(stats(s).dropped, m);
+    ck_assert_uint_eq(stats(s).curr_items, (uint64_t)written - m);
+    store_partition_stats(s, p, &m, NULL, NULL);
+    ck_assert_uint_eq(m, 0);
+    p = 7;
+    ck_assert_uint_eq(store_drop_partitions(s, &p, 1, 1), 1);
+    ck_assert_uint_eq(store_drop_partitions(s, &p, 1, 1), 0);
+    ck_assert_uint_eq(stats(s).curr_items, (uint64_t)written - calls - 1);
+    store_destroy(s);
+}
+END_TEST
+
 START_TEST(test_parts_flush_global)
 {
     fake_clock c = {T0};
@@ -1140,6 +1181,7 @@ static Suite *parts_suite(void)
     tcase_add_test(tc, test_parts_decode_beyond_sketch);
     tcase_add_test(tc, test_parts_drop);
     tcase_add_test(tc, test_parts_drop_memory);
+    tcase_add_test(tc, test_parts_drop_bounded);
     tcase_add_test(tc, test_parts_flush_global);
     tcase_add_test(tc, test_parts_unpartitioned);
     tcase_add_test(tc, test_parts_threads);
