@@ -24,6 +24,7 @@
 #include "options.h"
 #include "proto_bin.h"
 #include "proto_text.h"
+#include "proxy.h"
 #include "stats_registry.h"
 
 /* Bytes asked of the kernel per read: with the buffer chain header this
@@ -50,12 +51,15 @@ enum conn_parser {
 
 struct conn {
     int fd;
-    uint8_t state;  /* enum conn_state; read by stats conns */
-    uint8_t parser; /* enum conn_parser */
-    bool reading;   /* rev is added */
-    bool paused;    /* the parser stopped at output_max: rerun it after the
-                       output drains, even if no byte arrives */
-    bool writing;   /* wev is added */
+    uint8_t state;      /* enum conn_state; read by stats conns */
+    uint8_t parser;     /* enum conn_parser */
+    bool reading;       /* rev is added */
+    bool paused;        /* the parser stopped at output_max: rerun it after the
+                           output drains, even if no byte arrives */
+    bool writing;       /* wev is added */
+    bool relay_blocked; /* the parser stopped at the relay in-flight cap:
+                           reading waits for replies to come back */
+    bool has_pev;       /* pev is assigned (relaying is on) */
     uint32_t last_active;
     uint32_t closing_since;
     conn_env *env;
@@ -63,6 +67,7 @@ struct conn {
     struct evbuffer *out;
     struct event rev;
     struct event wev;
+    struct event pev; /* relayed replies arrived (activated by proxy) */
     proto_ctx ctx;
     conn *prev;
     conn *next;
@@ -96,11 +101,21 @@ int conn_env_init(conn_env *env)
     env->nconns = 0;
     env->conn_yields = 0;
     env->idle_kicks = 0;
+    env->relays = NULL;
     return CONN_OK;
 }
 
 static void read_cb(evutil_socket_t fd, short what, void *arg);
 static void write_cb(evutil_socket_t fd, short what, void *arg);
+static void relay_cb(evutil_socket_t fd, short what, void *arg);
+
+/* proxy's wake-up: replies were appended to c->out; act on the next loop
+ * turn (never inside the pool's own callback). */
+static void relay_wake(void *owner)
+{
+    conn *c = owner;
+    event_active(&c->pev, EV_TIMEOUT, 0);
+}
 
 /* Releases everything the connection holds and recycles the structure. */
 static void conn_close(conn *c)
@@ -121,6 +136,10 @@ static void conn_close(conn *c)
 
     event_del(&c->rev);
     event_del(&c->wev);
+    if (c->has_pev) {
+        event_del(&c->pev);
+        c->has_pev = false;
+    }
     if (env->verbose > 1) {
         fprintf(stderr, "<%d connection closed.\n", c->fd);
     }
@@ -189,6 +208,9 @@ int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
     }
     c->reading = false;
     c->writing = false;
+    c->paused = false;
+    c->relay_blocked = false;
+    c->has_pev = false;
     touch(c);
     c->closing_since = 0;
     c->peerlen = 0;
@@ -203,6 +225,20 @@ int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
     c->ctx.verbose = env->verbose;
     c->ctx.authenticated = !env->pcfg->sasl;
     set_state(c, CONN_WAITING);
+    if (env->pcfg->route_fn != NULL) {
+        if (env->relays == NULL) {
+            env->relays = proxy_pool_create(env->base, env->pcfg, env->stats,
+                                            relay_wake);
+        }
+        /* Without a pool (no memory) every key is served here. */
+        c->ctx.relays = env->relays;
+        c->ctx.relay_owner = c;
+        if (event_assign(&c->pev, env->base, -1, 0, relay_cb, c) == 0) {
+            c->has_pev = true;
+        } else {
+            c->ctx.relays = NULL;
+        }
+    }
 
     if (event_assign(&c->rev, env->base, fd, EV_READ | EV_PERSIST, read_cb,
                      c) != 0 ||
@@ -353,7 +389,8 @@ static bool flush_out(conn *c)
             event_del(&c->wev);
             c->writing = false;
         }
-        if (closing) {
+        /* Replies still relayed will land in c->out: wait for them. */
+        if (closing && (c->ctx.proxy == NULL || !proxy_busy(&c->ctx))) {
             conn_close(c);
             return false;
         }
@@ -370,6 +407,8 @@ static bool flush_out(conn *c)
     if (pending > c->env->output_max) {
         stop_reading(c);
         set_state(c, CONN_MWRITE);
+    } else if (c->relay_blocked) {
+        /* relay_cb resumes once relayed replies come back */
     } else if (!c->reading && pending <= c->env->output_max / 2) {
         if (event_add(&c->rev, NULL) != 0) {
             conn_close(c);
@@ -391,6 +430,8 @@ static bool flush_out(conn *c)
     }
     return true;
 }
+
+static void after_parse(conn *c, int rc, bool eof);
 
 static void read_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -434,8 +475,21 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
         touch(c);
     }
 
-    int rc = run_parser(c);
+    after_parse(c, run_parser(c), eof);
+    flush_out(c);
+}
+
+/* The connection's part after a parser run that returned rc. */
+static void after_parse(conn *c, int rc, bool eof)
+{
+    conn_env *env = c->env;
     c->paused = rc == PROTO_PAUSED;
+    if (c->paused && c->ctx.proxy != NULL && proxy_blocked(&c->ctx, c->out)) {
+        /* Too many relayed requests in flight: take no more input until
+         * their replies are in (relay_cb). */
+        c->relay_blocked = true;
+        stop_reading(c);
+    }
     if (rc == PROTO_SHUTDOWN) {
         if (env->request_shutdown != NULL) {
             env->request_shutdown(env->shutdown_arg);
@@ -447,6 +501,21 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
         /* A parser bounds what it buffers; this only guards the daemon
          * against a request that no parser would ever complete. */
         start_closing(c);
+    }
+}
+
+/*
+ * Relayed replies were appended to c->out: send them, and run the parser
+ * again if it stopped at the in-flight cap.
+ */
+static void relay_cb(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+    (void)fd;
+    (void)what;
+    if (c->relay_blocked && c->closing_since == 0) {
+        c->relay_blocked = false;
+        after_parse(c, run_parser(c), false);
     }
     flush_out(c);
 }
@@ -495,6 +564,9 @@ void conn_env_destroy(conn_env *env)
         env->free_list = c->next;
         conn_free(c);
     }
+    /* Last: the connections above have let go of their relays. */
+    proxy_pool_destroy(env->relays);
+    env->relays = NULL;
 }
 
 void conn_env_fini(conn_env *env)

@@ -15,6 +15,12 @@
  * connection stops reading; it resumes once the pending bytes fall to half.
  * A parser's PROTO_CLOSE (and end of input) moves it to closing: pending
  * replies are flushed, then the socket closes.
+ *
+ * Relaying (proto_config.route_fn set): the environment keeps the
+ * worker's proxy pool, created with the first connection. A connection
+ * whose parser stopped at PROXY_MAX_INFLIGHT relayed requests stops
+ * reading until replies come back; one that is closing waits for the
+ * replies still in flight (within the closing grace).
  */
 #ifndef CONN_H
 #define CONN_H
@@ -61,6 +67,7 @@ typedef struct conn_env {
     size_t nconns;
     uint64_t conn_yields; /* relaxed atomics: summed by stats */
     uint64_t idle_kicks;
+    struct proxy_pool *relays; /* upstreams of relayed requests, or NULL */
 } conn_env;
 
 /* Initializes the private part of env. Returns 0. */

@@ -1,11 +1,13 @@
 /*
  * proto.c -- what the parsers share at the connection level: releasing
- * their per-connection state when a connection ends.
+ * their per-connection state (and the relay state) when a connection
+ * ends.
  */
 #include "proto.h"
 
 #include "proto_bin.h"
 #include "proto_text.h"
+#include "proxy.h"
 
 void proto_ctx_cleanup(proto_ctx *ctx)
 {
@@ -13,6 +15,8 @@ void proto_ctx_cleanup(proto_ctx *ctx)
      * run on this connection. */
     proto_text_free(ctx);
     proto_bin_free(ctx);
+    proxy_conn_free(ctx);
+    ctx->relay_peer = false;
     ctx->text = NULL;
     ctx->bin = NULL;
 }

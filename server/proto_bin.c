@@ -46,6 +46,7 @@
 #include <strings.h>
 
 #include "bin_wire.h"
+#include "proxy.h"
 
 /* Longest key memcached accepts (the wire allows 65535). */
 #define BIN_KEY_MAX 250
@@ -295,6 +296,8 @@ static int bin_shape(const bin_req *r)
     case BIN_OP_SASL_AUTH:
     case BIN_OP_SASL_STEP:
         return h->extlen == 0 && h->keylen > 0;
+    case PROXY_BIN_OP_HELLO:
+        return h->extlen == 0 && h->keylen == 0 && h->bodylen == 0;
     default:
         return -1;
     }
@@ -885,12 +888,75 @@ static int bin_dispatch(proto_ctx *ctx, const bin_req *r, struct evbuffer *out)
     case BIN_OP_SASL_STEP:
         rc = bin_sasl(ctx, r, out);
         break;
+    case PROXY_BIN_OP_HELLO:
+        /* A node relaying to us: serve it here from now on (proxy.h). */
+        ctx->relay_peer = true;
+        rc = bin_ok(out, r, 0);
+        break;
     default:
         /* bin_admit lets only the opcodes above through. */
         rc = bin_error(out, r, BIN_STATUS_UNKNOWN_COMMAND);
         break;
     }
     return rc == 0 ? PROTO_OK : PROTO_CLOSE;
+}
+
+/* ========================================================== relaying */
+
+/* Whether a (loud) opcode names a key to route, and whether it writes. */
+static bool bin_keyed(uint8_t cmd, bool *write)
+{
+    switch (cmd) {
+    case BIN_OP_GET:
+    case BIN_OP_GETK:
+        *write = false;
+        return true;
+    case BIN_OP_TOUCH:
+    case BIN_OP_GAT:
+    case BIN_OP_GATK:
+    case BIN_OP_SET:
+    case BIN_OP_ADD:
+    case BIN_OP_REPLACE:
+    case BIN_OP_APPEND:
+    case BIN_OP_PREPEND:
+    case BIN_OP_DELETE:
+    case BIN_OP_INCREMENT:
+    case BIN_OP_DECREMENT:
+        *write = true;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/*
+ * Relays the admitted, fully buffered request r (the need bytes at p) when
+ * its key lives elsewhere. Returns true when it was relayed (its reply,
+ * or the temporary-failure status, takes its place in the output).
+ */
+static bool bin_relay(proto_ctx *ctx, const bin_req *r, const uint8_t *p,
+                      size_t need, struct evbuffer *out)
+{
+    proto_target t[PROTO_ROUTE_MAX];
+    bool write;
+    int nt;
+
+    if (!bin_keyed(r->cmd, &write))
+        return false;
+    nt = proxy_route(ctx, r->key, r->h.keylen, write, t);
+    if (nt <= 0)
+        return false;
+    proxy_req q = {
+        .kind = r->quiet ? PROXY_BIN_QUIET : PROXY_BIN_ONE,
+        .bin_opcode = r->h.opcode,
+        .bin_opaque = r->h.opaque,
+        .data = p,
+        .n = need,
+        .targets = t,
+        .ntargets = nt,
+    };
+    proxy_relay(ctx, out, &q);
+    return true;
 }
 
 /* ======================================================== entry points */
@@ -914,7 +980,7 @@ static bool bin_discard(proto_ctx *ctx, struct evbuffer *in)
 }
 
 int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
-                      struct evbuffer *out)
+                      struct evbuffer *conn_out)
 {
     for (;;) {
         uint8_t raw[BIN_HEADER_LEN];
@@ -922,6 +988,9 @@ int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
         size_t avail, need, body_in;
         const uint8_t *p;
         int rc;
+        /* Replies go behind relayed requests still in flight. */
+        struct evbuffer *out =
+            ctx->proxy != NULL ? proxy_out(ctx, conn_out) : conn_out;
 
         if (!bin_discard(ctx, in))
             return PROTO_OK;
@@ -930,7 +999,9 @@ int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
             return PROTO_OK;
         /* Between requests: wait while the client is not reading. */
         if (ctx->cfg->output_max &&
-            evbuffer_get_length(out) > ctx->cfg->output_max)
+            evbuffer_get_length(conn_out) > ctx->cfg->output_max)
+            return PROTO_PAUSED;
+        if (ctx->proxy != NULL && proxy_blocked(ctx, conn_out))
             return PROTO_PAUSED;
         if (evbuffer_copyout(in, raw, BIN_HEADER_LEN) != BIN_HEADER_LEN)
             return PROTO_CLOSE;
@@ -976,6 +1047,11 @@ int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
         r.val = r.key + r.h.keylen;
         r.nval = r.h.bodylen - r.h.extlen - r.h.keylen;
 
+        if (ctx->cfg->route_fn != NULL &&
+            bin_relay(ctx, &r, p, need, conn_out)) {
+            evbuffer_drain(in, need);
+            continue;
+        }
         rc = bin_dispatch(ctx, &r, out);
         evbuffer_drain(in, need);
         if (rc != PROTO_OK)

@@ -49,6 +49,8 @@
 
 #include <event2/buffer.h>
 
+#include "proxy.h"
+
 #define PT_KEY_MAX 250
 #define PT_MAX_TOKENS 24      /* memcached counts 23 tokens + an end mark */
 #define PT_META_MAX_TOKENS 20 /* same count, for meta flags */
@@ -75,7 +77,9 @@ typedef struct pt_state {
 /* ================================================================ writer */
 
 typedef struct pt_out {
-    struct evbuffer *ev;
+    struct evbuffer *ev;   /* where replies go now */
+    struct evbuffer *base; /* the connection's output (ev differs while
+                              relayed requests are in flight) */
     size_t n;
     char buf[PT_OUTBUF];
 } pt_out;
@@ -396,6 +400,35 @@ static void reply(pt_req *r, const char *s, size_t n)
 
 #define REPLY(r, lit) reply((r), lit, sizeof(lit) - 1)
 
+/*
+ * Relays this request (its line and the ndata bytes after it) to the
+ * owners in t, to be answered in the given framing; what the parser
+ * writes afterwards goes behind its reply. Returns ndata (the handler's
+ * "bytes consumed after the line").
+ */
+static int relay(pt_req *r, const proto_target *t, int nt, size_t ndata,
+                 uint8_t kind)
+{
+    proxy_req q = {
+        .kind = kind,
+        .silent = r->noreply,
+        .data = r->line,
+        .n = r->linesz + ndata,
+        .targets = t,
+        .ntargets = nt,
+    };
+    out_flush(r->o);
+    proxy_relay(r->ctx, r->o->base, &q);
+    r->o->ev = proxy_out(r->ctx, r->o->base);
+    return (int)ndata;
+}
+
+/* The framing of a relayed one-reply request: quiet ones end at "MN". */
+static uint8_t relay_kind(bool quiet)
+{
+    return quiet ? PROXY_TEXT_QUIET : PROXY_TEXT_LINE;
+}
+
 static int64_t now_s(store *s)
 {
     /* a relative exptime of 1 second is converted to now + 1 */
@@ -526,6 +559,142 @@ static void out_get_hit(pt_req *r, store_item *it, bool with_cas)
     out_value(r->o, it, val, nval);
 }
 
+/* Looks one key of a get/gets/gat/gats up here and writes its hit. */
+static void get_one(pt_req *r, const pt_tok *k, bool with_cas, bool touch,
+                    int64_t exptime)
+{
+    store_item *it;
+    if (touch) {
+        STAT(r, cmd_touch);
+        it = store_gat(r->ctx->store, k->s, k->n, exptime);
+        if (it)
+            STAT(r, touch_hits);
+        else
+            STAT(r, touch_misses);
+    } else {
+        int why;
+        STAT(r, cmd_get);
+        it = store_get_ex(r->ctx->store, k->s, k->n, &why);
+        if (it)
+            STAT(r, get_hits);
+        else
+            STAT(r, get_misses);
+        if (why == STORE_MISS_EXPIRED)
+            STAT(r, get_expired);
+        else if (why == STORE_MISS_FLUSHED)
+            STAT(r, get_flushed);
+    }
+    if (it)
+        out_get_hit(r, it, with_cas);
+}
+
+/* A run of consecutive keys of a get that go to the same owner. */
+typedef struct pt_run {
+    char *buf; /* "<cmd> [<exptime>] key key...", room for the whole line */
+    size_t head;
+    size_t len;
+    uint32_t nkeys;
+    int nt;
+    proto_target t[PROTO_ROUTE_MAX];
+} pt_run;
+
+/* Relays the run's keys as one get; their hits take this place. */
+static void run_flush(pt_req *r, pt_run *run)
+{
+    if (run->nkeys == 0)
+        return;
+    memcpy(run->buf + run->len, "\r\n", 2);
+    proxy_req q = {
+        .kind = PROXY_TEXT_GET,
+        .get_part = true,
+        .nkeys = run->nkeys,
+        .data = run->buf,
+        .n = run->len + 2,
+        .targets = run->t,
+        .ntargets = run->nt,
+    };
+    out_flush(r->o);
+    proxy_relay(r->ctx, r->o->base, &q);
+    r->o->ev = proxy_out(r->ctx, r->o->base);
+    run->len = run->head;
+    run->nkeys = 0;
+}
+
+/*
+ * A get whose keys may live elsewhere (relaying is on). A single remote
+ * key relays the request as it is (so a failure answers the protocol's
+ * error). With several keys, each run of consecutive keys that go to the
+ * same owner is relayed as one get, local keys are served here, and the
+ * hits come out in the order of the keys with one END; a run that fails
+ * reads as misses (and counts in proxy_failures).
+ */
+static int get_routed(pt_req *r, bool with_cas, bool touch, int64_t exptime,
+                      const char *p, const char *e, size_t nkeys)
+{
+    proto_target cur[PROTO_ROUTE_MAX];
+    char sbuf[1024];
+    pt_run run;
+    pt_tok k;
+
+    if (nkeys == 1 && next_key(&p, e, &k)) {
+        int nt = proxy_route(r->ctx, k.s, k.n, touch, cur);
+        if (nt > 0) {
+            proxy_req q = {
+                .kind = PROXY_TEXT_GET,
+                .data = r->line,
+                .n = r->linesz,
+                .targets = cur,
+                .ntargets = nt,
+            };
+            out_flush(r->o);
+            proxy_relay(r->ctx, r->o->base, &q);
+            r->o->ev = proxy_out(r->ctx, r->o->base);
+            return 0;
+        }
+        get_one(r, &k, with_cas, touch, exptime);
+        OUT_LIT(r->o, "END\r\n");
+        return 0;
+    }
+    /* A run is a subset of the line's keys: the line's size is room. */
+    run.buf = r->len + 2 <= sizeof(sbuf) ? sbuf : malloc(r->len + 2);
+    if (run.buf == NULL) {
+        REPLY(r, "SERVER_ERROR out of memory");
+        return 0;
+    }
+    const pt_tok *last = touch ? &r->t[1] : &r->t[0];
+    run.head = (size_t)(last->s + last->n - r->t[0].s);
+    memcpy(run.buf, r->t[0].s, run.head);
+    run.len = run.head;
+    run.nkeys = 0;
+    run.nt = 0;
+    while (next_key(&p, e, &k)) {
+        int nt = proxy_route(r->ctx, k.s, k.n, touch, cur);
+        if (nt > 0 && run.nkeys > 0 && proxy_same_target(&cur[0], &run.t[0])) {
+            run.buf[run.len++] = ' ';
+            memcpy(run.buf + run.len, k.s, k.n);
+            run.len += k.n;
+            run.nkeys++;
+            continue;
+        }
+        run_flush(r, &run);
+        if (nt > 0) {
+            memcpy(run.t, cur, (size_t)nt * sizeof(cur[0]));
+            run.nt = nt;
+            run.buf[run.len++] = ' ';
+            memcpy(run.buf + run.len, k.s, k.n);
+            run.len += k.n;
+            run.nkeys = 1;
+        } else {
+            get_one(r, &k, with_cas, touch, exptime);
+        }
+    }
+    run_flush(r, &run);
+    OUT_LIT(r->o, "END\r\n");
+    if (run.buf != sbuf)
+        free(run.buf);
+    return 0;
+}
+
 /*
  * get/gets/gat/gats <keys...>: every key of the line (no token limit).
  * All keys are checked before any is looked up, so a bad key answers a
@@ -536,6 +705,7 @@ static int cmd_get(pt_req *r, bool with_cas, bool touch)
     int64_t exptime = 0;
     const char *p = r->t[0].s + r->t[0].n, *e = r->line + r->len;
     pt_tok k;
+    size_t nkeys = 0;
 
     if (r->nt < 2) {
         REPLY(r, "ERROR");
@@ -549,37 +719,16 @@ static int cmd_get(pt_req *r, bool with_cas, bool touch)
         exptime = store_exptime_abs(r->ctx->store, exptime);
         p = r->t[1].s + r->t[1].n;
     }
-    for (const char *q = p; next_key(&q, e, &k);) {
+    for (const char *q = p; next_key(&q, e, &k); nkeys++) {
         if (!key_ok(k.s, k.n)) {
             REPLY(r, "CLIENT_ERROR bad command line format");
             return 0;
         }
     }
-    while (next_key(&p, e, &k)) {
-        store_item *it;
-        if (touch) {
-            STAT(r, cmd_touch);
-            it = store_gat(r->ctx->store, k.s, k.n, exptime);
-            if (it)
-                STAT(r, touch_hits);
-            else
-                STAT(r, touch_misses);
-        } else {
-            int why;
-            STAT(r, cmd_get);
-            it = store_get_ex(r->ctx->store, k.s, k.n, &why);
-            if (it)
-                STAT(r, get_hits);
-            else
-                STAT(r, get_misses);
-            if (why == STORE_MISS_EXPIRED)
-                STAT(r, get_expired);
-            else if (why == STORE_MISS_FLUSHED)
-                STAT(r, get_flushed);
-        }
-        if (it)
-            out_get_hit(r, it, with_cas);
-    }
+    if (r->ctx->cfg->route_fn != NULL && nkeys > 0)
+        return get_routed(r, with_cas, touch, exptime, p, e, nkeys);
+    while (next_key(&p, e, &k))
+        get_one(r, &k, with_cas, touch, exptime);
     OUT_LIT(r->o, "END\r\n");
     return 0;
 }
@@ -621,6 +770,13 @@ static int cmd_store(pt_req *r, enum store_set_mode mode)
     if (r->avail < (size_t)vlen + 2) {
         r->need = r->linesz + (size_t)vlen + 2;
         return PT_NEED;
+    }
+    if (r->ctx->cfg->route_fn != NULL && r->data[vlen] == '\r' &&
+        r->data[vlen + 1] == '\n') {
+        proto_target t[PROTO_ROUTE_MAX];
+        int nt = proxy_route(r->ctx, key->s, key->n, true, t);
+        if (nt > 0)
+            return relay(r, t, nt, (size_t)vlen + 2, relay_kind(r->noreply));
     }
     STAT(r, cmd_set);
     if (r->data[vlen] != '\r' || r->data[vlen + 1] != '\n') {
@@ -666,6 +822,12 @@ static int cmd_delete(pt_req *r)
         REPLY(r, "CLIENT_ERROR bad command line format");
         return 0;
     }
+    if (r->ctx->cfg->route_fn != NULL) {
+        proto_target t[PROTO_ROUTE_MAX];
+        int nt = proxy_route(r->ctx, r->t[1].s, r->t[1].n, true, t);
+        if (nt > 0)
+            return relay(r, t, nt, 0, relay_kind(r->noreply));
+    }
     int rc = store_delete(r->ctx->store, r->t[1].s, r->t[1].n, 0);
     if (rc == STORE_DELETED) {
         STAT(r, delete_hits);
@@ -694,6 +856,12 @@ static int cmd_arith(pt_req *r, bool incr)
     if (!parse_u64(r->t[2].s, r->t[2].n, &delta)) {
         REPLY(r, "CLIENT_ERROR invalid numeric delta argument");
         return 0;
+    }
+    if (r->ctx->cfg->route_fn != NULL) {
+        proto_target t[PROTO_ROUTE_MAX];
+        int nt = proxy_route(r->ctx, r->t[1].s, r->t[1].n, true, t);
+        if (nt > 0)
+            return relay(r, t, nt, 0, relay_kind(r->noreply));
     }
     store_arith_req a = {
         .key = r->t[1].s, .nkey = r->t[1].n, .incr = incr, .delta = delta};
@@ -745,6 +913,12 @@ static int cmd_touch(pt_req *r)
     if (!parse_i64(r->t[2].s, r->t[2].n, &exptime)) {
         REPLY(r, "CLIENT_ERROR invalid exptime argument");
         return 0;
+    }
+    if (r->ctx->cfg->route_fn != NULL) {
+        proto_target t[PROTO_ROUTE_MAX];
+        int nt = proxy_route(r->ctx, r->t[1].s, r->t[1].n, true, t);
+        if (nt > 0)
+            return relay(r, t, nt, 0, relay_kind(r->noreply));
     }
     STAT(r, cmd_touch);
     exptime = store_exptime_abs(r->ctx->store, exptime);
@@ -896,6 +1070,24 @@ static int cmd_shutdown(pt_req *r)
     if (r->nt == 1 || (r->nt == 2 && TOK_IS(&r->t[1], "graceful")))
         return PT_SHUTDOWN;
     REPLY(r, "CLIENT_ERROR invalid shutdown mode");
+    return 0;
+}
+
+/*
+ * proxy_hello 1: the peer is a node relaying requests to us. Everything
+ * it sends from now on is served here, never relayed again, so requests
+ * cannot loop while nodes disagree about owners. It grants nothing a
+ * client could not have anyway: any client may say it and gets what this
+ * node holds.
+ */
+static int cmd_proxy_hello(pt_req *r)
+{
+    if (r->nt != 2 || !TOK_IS(&r->t[1], "1")) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
+    }
+    r->ctx->relay_peer = true;
+    REPLY(r, "OK");
     return 0;
 }
 
@@ -1121,6 +1313,12 @@ static int cmd_mg(pt_req *r)
         reply_err(r, err);
         return 0;
     }
+    if (r->ctx->cfg->route_fn != NULL) {
+        proto_target t[PROTO_ROUTE_MAX];
+        int nt = proxy_route(r->ctx, m.key, m.nkey, m.has_T || m.has_N, t);
+        if (nt > 0)
+            return relay(r, t, nt, 0, relay_kind(m.q));
+    }
     STAT(r, cmd_meta);
     store_item *it;
     int why = 0;
@@ -1281,6 +1479,13 @@ static int cmd_ms(pt_req *r)
         r->need = r->linesz + (size_t)vlen + 2;
         return PT_NEED;
     }
+    if (r->ctx->cfg->route_fn != NULL && r->data[vlen] == '\r' &&
+        r->data[vlen + 1] == '\n') {
+        proto_target t[PROTO_ROUTE_MAX];
+        int nt = proxy_route(r->ctx, m.key, m.nkey, true, t);
+        if (nt > 0)
+            return relay(r, t, nt, (size_t)vlen + 2, relay_kind(m.q));
+    }
     STAT(r, cmd_meta);
     STAT(r, cmd_set);
     if (r->data[vlen] != '\r' || r->data[vlen + 1] != '\n') {
@@ -1373,6 +1578,12 @@ static int cmd_md(pt_req *r)
         reply_err(r, err);
         return 0;
     }
+    if (r->ctx->cfg->route_fn != NULL) {
+        proto_target t[PROTO_ROUTE_MAX];
+        int nt = proxy_route(r->ctx, m.key, m.nkey, true, t);
+        if (nt > 0)
+            return relay(r, t, nt, 0, relay_kind(m.q));
+    }
     STAT(r, cmd_meta);
     int rc = store_delete(r->ctx->store, m.key, m.nkey, m.has_C ? m.C : 0);
     char *p = out_reserve(r->o, PT_LINE_MAX);
@@ -1422,6 +1633,12 @@ static int cmd_ma(pt_req *r)
     if ((err = meta_check(&m)) != NULL) {
         reply_err(r, err);
         return 0;
+    }
+    if (r->ctx->cfg->route_fn != NULL) {
+        proto_target t[PROTO_ROUTE_MAX];
+        int nt = proxy_route(r->ctx, m.key, m.nkey, true, t);
+        if (nt > 0)
+            return relay(r, t, nt, 0, relay_kind(m.q));
     }
     STAT(r, cmd_meta);
     store_arith_req a = {
@@ -1551,6 +1768,12 @@ static int cmd_me(pt_req *r)
         REPLY(r, "CLIENT_ERROR bad command line format");
         return 0;
     }
+    if (r->ctx->cfg->route_fn != NULL) {
+        proto_target t[PROTO_ROUTE_MAX];
+        int nt = proxy_route(r->ctx, key, nkey, false, t);
+        if (nt > 0)
+            return relay(r, t, nt, 0, PROXY_TEXT_LINE);
+    }
     STAT(r, cmd_meta);
     store_item *it = store_get(s, key, nkey);
     if (it == NULL) {
@@ -1651,6 +1874,8 @@ static int dispatch(pt_req *r)
     case 'p':
         if (CMD_IS(c, "prepend"))
             return cmd_store(r, STORE_PREPEND);
+        if (CMD_IS(c, "proxy_hello"))
+            return cmd_proxy_hello(r);
         break;
     case 'c':
         if (CMD_IS(c, "cas"))
@@ -1779,7 +2004,10 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
         return PROTO_CLOSE;
     }
     o.ev = out;
+    o.base = out;
     o.n = 0;
+    if (ctx->proxy != NULL)
+        o.ev = proxy_out(ctx, out); /* behind the replies in flight */
     view_peek(&v);
     for (;;) {
         size_t avail = v.len - v.off;
@@ -1795,8 +2023,10 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
          * waits here (its requests stay in `in`), so memory follows the
          * replies it takes, not the requests it sends.
          */
-        if (!st->swallow && !st->skip_line && ctx->cfg->output_max &&
-            evbuffer_get_length(out) + o.n > ctx->cfg->output_max) {
+        if (!st->swallow && !st->skip_line &&
+            ((ctx->cfg->output_max &&
+              evbuffer_get_length(out) + o.n > ctx->cfg->output_max) ||
+             (ctx->proxy != NULL && proxy_blocked(ctx, out)))) {
             rc = PROTO_PAUSED;
             break;
         }

@@ -231,6 +231,10 @@ static void emit_general(stats_emit_fn emit, void *arg)
     /* Ours: protocol errors and the replicated store. */
     emit_u64(emit, arg, "client_errors", t.client_errors);
     emit_u64(emit, arg, "protocol_errors", t.protocol_errors);
+    /* Relaying (scale-out): requests sent to an owner, and those that
+     * got no answer from any. */
+    emit_u64(emit, arg, "proxied_requests", t.proxied_requests);
+    emit_u64(emit, arg, "proxy_failures", t.proxy_failures);
     emit_u64(emit, arg, "node_id", reg.opts ? reg.opts->node_id : 0);
     emit_u64(emit, arg, "mutations", ss.mutations);
     emit_u64(emit, arg, "tombstones", ss.tombstones);

@@ -11,35 +11,37 @@
 
 #include <stdint.h>
 
-#define STATS_THREAD_COUNTERS(X)                                           \
-    X(cmd_get)                                                             \
-    X(cmd_set)                                                             \
-    X(cmd_flush)                                                           \
-    X(cmd_touch)                                                           \
-    X(cmd_meta)                                                            \
-    X(get_hits)                                                            \
-    X(get_misses)                                                          \
-    X(get_expired)                                                         \
-    X(get_flushed)                                                         \
-    X(delete_misses)                                                       \
-    X(delete_hits)                                                         \
-    X(incr_misses)                                                         \
-    X(incr_hits)                                                           \
-    X(decr_misses)                                                         \
-    X(decr_hits)                                                           \
-    X(cas_misses)                                                          \
-    X(cas_hits)                                                            \
-    X(cas_badval)                                                          \
-    X(touch_hits)                                                          \
-    X(touch_misses)                                                        \
-    X(store_too_large)                                                     \
-    X(store_no_memory)                                                     \
-    X(auth_cmds)                                                           \
-    X(auth_errors)                                                         \
-    X(bytes_read)                                                          \
-    X(bytes_written)                                                       \
-    X(client_errors)                                                       \
-    X(protocol_errors)
+#define STATS_THREAD_COUNTERS(X)                                              \
+    X(cmd_get)                                                                \
+    X(cmd_set)                                                                \
+    X(cmd_flush)                                                              \
+    X(cmd_touch)                                                              \
+    X(cmd_meta)                                                               \
+    X(get_hits)                                                               \
+    X(get_misses)                                                             \
+    X(get_expired)                                                            \
+    X(get_flushed)                                                            \
+    X(delete_misses)                                                          \
+    X(delete_hits)                                                            \
+    X(incr_misses)                                                            \
+    X(incr_hits)                                                              \
+    X(decr_misses)                                                            \
+    X(decr_hits)                                                              \
+    X(cas_misses)                                                             \
+    X(cas_hits)                                                               \
+    X(cas_badval)                                                             \
+    X(touch_hits)                                                             \
+    X(touch_misses)                                                           \
+    X(store_too_large)                                                        \
+    X(store_no_memory)                                                        \
+    X(auth_cmds)                                                              \
+    X(auth_errors)                                                            \
+    X(bytes_read)                                                             \
+    X(bytes_written)                                                          \
+    X(client_errors)                                                          \
+    X(protocol_errors)                                                        \
+    X(proxied_requests)                                                       \
+    X(proxy_failures)
 
 typedef struct stats_thread {
 #define STATS_FIELD(name) uint64_t name;
@@ -48,7 +50,7 @@ typedef struct stats_thread {
 } stats_thread;
 
 /* Adds n to a counter of this thread's block (relaxed atomic). */
-#define STATS_ADD(st, name, n)                                             \
+#define STATS_ADD(st, name, n)                                                \
     __atomic_fetch_add(&(st)->name, (uint64_t)(n), __ATOMIC_RELAXED)
 #define STATS_INCR(st, name) STATS_ADD(st, name, 1)
 
