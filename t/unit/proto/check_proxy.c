@@ -231,20 +231,24 @@ static void srv_stop(tsrv *s)
     store_destroy(s->st);
 }
 
-/* The fake node: accepts, answers the hello and then garbage. */
+/* What the fake node answers next (set by a test before it asks). */
+static const char *fake_junk;
+static size_t fake_njunk;
+static bool fake_hangup; /* close right after answering */
+
+/* The fake node: accepts, reads, answers fake_junk. */
 static void *fake_loop(void *arg)
 {
-    static const char junk[] = "OK\r\nVALUE g:k 0 notanumber\r\n";
     char buf[4096];
     (void)arg;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 16; i++) {
         int c = accept(fake_fd, NULL, NULL);
         if (c < 0)
             return NULL;
         struct timeval tv = {5, 0};
         setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        if (recv(c, buf, sizeof(buf), 0) > 0 &&
-            send(c, junk, sizeof(junk) - 1, MSG_NOSIGNAL) > 0) {
+        if (recv(c, buf, sizeof(buf), 0) > 0 && fake_junk != NULL &&
+            send(c, fake_junk, fake_njunk, MSG_NOSIGNAL) > 0 && !fake_hangup) {
             /* until the relay hangs up (it must) or 5 s pass */
             while (recv(c, buf, sizeof(buf), 0) > 0)
                 ;
@@ -907,12 +911,52 @@ START_TEST(test_hung_target_times_out)
 }
 END_TEST
 
+/* Replies that cannot be framed close the upstream and fail the request. */
 START_TEST(test_garbage_from_upstream)
 {
+    static char longline[6000];
+    static const struct {
+        const char *junk;
+        bool hangup;
+    } text[] = {
+        {"OK\r\nVALUE g:k 0 notanumber\r\n", false},
+        {"OK\r\nVALUE g:k 0 2000000\r\n", false}, /* > item_size_max */
+        {longline, false},                        /* no end of line */
+        {"OK\r\nVALUE g:k 0 3\r\nabcXY", false},  /* data not ended */
+        {"OK\r\nVALUE g:k 0 5\r\nab", true},      /* cut off */
+        {"NOPE\r\n", false},                      /* hello refused */
+    };
+    memcpy(longline, "OK\r\n", 4);
+    memset(longline + 4, 'x', sizeof(longline) - 5);
     int c = client(A.port);
-    EXPECT(c, "get g:k\r\n", PROXY_TEXT_FAILURE);
-    ck_assert_uint_eq(counter(&A.stats.proxy_failures), 1);
+    uint64_t failed = counter(&A.stats.proxy_failures);
+    for (size_t i = 0; i < sizeof(text) / sizeof(text[0]); i++) {
+        fake_junk = text[i].junk;
+        fake_njunk = strlen(text[i].junk);
+        fake_hangup = text[i].hangup;
+        EXPECT(c, "get g:k\r\n", PROXY_TEXT_FAILURE);
+        ck_assert_uint_eq(counter(&A.stats.proxy_failures), failed + i + 1);
+    }
     EXPECT(c, "set b:1 0 0 1\r\n1\r\n", "STORED\r\n");
+
+    /* binary: a good hello answer, then a bad packet */
+    uint8_t junk[64], req[64], want[64];
+    size_t nj = RES(junk, PROXY_BIN_OP_HELLO, 0, 0x52454c59, 0, NULL, 0, NULL,
+                    NULL, 0);
+    size_t nr = REQ(req, BIN_OP_GET, 42, 0, NULL, 0, "g:k", NULL, 0);
+    size_t nw = RES(want, BIN_OP_GET, PROXY_BIN_STATUS_TMPFAIL, 42, 0, NULL, 0,
+                    NULL, "no owner reachable", 18);
+    int bc = client(A.port);
+    RES(junk + nj, BIN_OP_GET, 0, 41, 0, NULL, 0, NULL, NULL, 0); /* opaque */
+    fake_junk = (const char *)junk;
+    fake_njunk = nj + BIN_HEADER_LEN;
+    fake_hangup = false;
+    expect_bin(bc, req, nr, want, nw, __LINE__);
+    junk[nj] = BIN_MAGIC_REQ; /* not a response */
+    junk[nj + 15] = 42;
+    expect_bin(bc, req, nr, want, nw, __LINE__);
+    ck_assert_uint_eq(counter(&A.stats.proxy_failures), failed + 8);
+    close(bc);
     close(c);
 }
 END_TEST
