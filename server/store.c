@@ -2359,7 +2359,7 @@ static uint64_t droppable(store *s, const uint64_t *bits)
  * at least one (so that 0 still means none is left).
  */
 #define DROP_VISITS(b)                                                        \
-    ((b) > (SIZE_MAX - 4096) / 64 ? SIZE_MAX : (b)*64 + 4096)
+    ((b) > (SIZE_MAX - 16384) / 8 ? SIZE_MAX : (b)*8 + 16384)
 
 size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
                              size_t budget)

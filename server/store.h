@@ -412,12 +412,12 @@ int store_partition_stats(store *s, uint32_t p, uint64_t *mutations,
  * the global partition). Returns how many went: 0 means none is left in
  * those partitions (or budget is 0, or a partition is out of range). Walks
  * the key table from where the previous call stopped, one stripe lock at a
- * time: a call visits about 64 * budget + 4096 entries at most (more only
+ * time: a call visits about 8 * budget + 16384 entries at most (more only
  * to find its first item), and never the whole table more than once, so
- * dropping a share f of the table costs about one pass over it in all,
- * spread over calls of bounded length. Writes into the listed partitions
- * while they are dropped are the caller's business (stop accepting them
- * first).
+ * budget bounds a call's time, and dropping any share of the table costs
+ * about one pass over it in all, spread over the calls. Writes into the listed
+ * partitions while they are dropped are the caller's business (stop accepting
+ * them first).
  */
 size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
                              size_t budget);

@@ -953,7 +953,7 @@ START_TEST(test_parts_drop_bounded)
     int lone = 0, written = 0;
 
     /* Partition 7 gets one item only, far from most of the table. */
-    for (int i = 0; i < 30000; i++) {
+    for (int i = 0; i < 60000; i++) {
         snprintf(key, sizeof(key), "b%d", i);
         if (part_of(&ps, key) == 7 && lone++ > 0)
             continue;
