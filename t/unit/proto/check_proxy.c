@@ -50,11 +50,19 @@ typedef struct route_tab {
     int nrules;
 } route_tab;
 
+/* What the route was last asked about "w:" keys (served here). */
+static int w_calls;
+static bool w_write;
+
 static int route_cb(void *arg, const char *key, size_t nkey, bool write,
                     proto_target *out, int cap)
 {
     const route_tab *tab = arg;
-    (void)write;
+    if (nkey >= 2 && memcmp(key, "w:", 2) == 0) {
+        __atomic_store_n(&w_write, write, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&w_calls, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
     for (int i = 0; i < tab->nrules; i++) {
         const route_rule *r = &tab->rules[i];
         size_t pl = strlen(r->prefix);
@@ -817,6 +825,60 @@ START_TEST(test_binary_batch)
 }
 END_TEST
 
+/* Every keyed command asks the route once, saying whether it writes. */
+static void expect_route(int fd, const char *req, const char *want, bool write,
+                         int line)
+{
+    int before = __atomic_load_n(&w_calls, __ATOMIC_RELAXED);
+    expect_text(fd, req, strlen(req), want, strlen(want), line);
+    ck_assert_msg(__atomic_load_n(&w_calls, __ATOMIC_RELAXED) == before + 1,
+                  "line %d: route asked %d times", line,
+                  __atomic_load_n(&w_calls, __ATOMIC_RELAXED) - before);
+    ck_assert_msg(__atomic_load_n(&w_write, __ATOMIC_RELAXED) == write,
+                  "line %d: write flag", line);
+}
+
+START_TEST(test_route_write_flag)
+{
+    int c = client(A.port);
+    expect_route(c, "set w:1 0 0 1\r\n1\r\n", "STORED\r\n", true, __LINE__);
+    expect_route(c, "get w:1\r\n", "VALUE w:1 0 1\r\n1\r\nEND\r\n", false,
+                 __LINE__);
+    expect_route(c, "gat 0 w:1\r\n", "VALUE w:1 0 1\r\n1\r\nEND\r\n", true,
+                 __LINE__);
+    expect_route(c, "touch w:1 0\r\n", "TOUCHED\r\n", true, __LINE__);
+    expect_route(c, "incr w:1 1\r\n", "2\r\n", true, __LINE__);
+    expect_route(c, "mg w:1 v\r\n", "VA 1\r\n2\r\n", false, __LINE__);
+    expect_route(c, "mg w:1 T0\r\n", "HD\r\n", true, __LINE__);
+    expect_route(c, "me w:none\r\n", "EN\r\n", false, __LINE__);
+    expect_route(c, "ma w:1\r\n", "HD\r\n", true, __LINE__);
+    expect_route(c, "ms w:2 1 q\r\nx\r\n", "", true, __LINE__);
+    expect_route(c, "md w:2\r\n", "HD\r\n", true, __LINE__);
+    expect_route(c, "delete w:1\r\n", "DELETED\r\n", true, __LINE__);
+    /* keyless commands never ask */
+    int before = __atomic_load_n(&w_calls, __ATOMIC_RELAXED);
+    EXPECT(c, "version\r\nverbosity 1\r\nflush_all 100\r\n",
+           "VERSION 1.6.99-test\r\nOK\r\nOK\r\n");
+    ck_assert_int_eq(__atomic_load_n(&w_calls, __ATOMIC_RELAXED), before);
+    close(c);
+
+    /* binary: reads and writes */
+    uint8_t req[128], ext[8];
+    int bc = client(A.port);
+    bin_put32(ext, 0);
+    bin_put32(ext + 4, 0);
+    size_t nr = REQ(req, BIN_OP_SETQ, 1, 0, ext, 8, "w:3", "v", 1);
+    before = __atomic_load_n(&w_calls, __ATOMIC_RELAXED);
+    expect_bin(bc, req, nr, NULL, 0, __LINE__);
+    ck_assert(__atomic_load_n(&w_write, __ATOMIC_RELAXED));
+    nr = REQ(req, BIN_OP_GETQ, 2, 0, NULL, 0, "w:none", NULL, 0);
+    expect_bin(bc, req, nr, NULL, 0, __LINE__);
+    ck_assert(!__atomic_load_n(&w_write, __ATOMIC_RELAXED));
+    ck_assert_int_eq(__atomic_load_n(&w_calls, __ATOMIC_RELAXED), before + 2);
+    close(bc);
+}
+END_TEST
+
 /* ====================================================== relay hello */
 
 START_TEST(test_hello_marks_connection)
@@ -997,6 +1059,7 @@ static Suite *proxy_suite(void)
     tcase_add_test(tc, test_pipeline);
     tcase_add_test(tc, test_binary_commands);
     tcase_add_test(tc, test_binary_batch);
+    tcase_add_test(tc, test_route_write_flag);
     tcase_add_test(tc, test_hello_marks_connection);
     tcase_add_test(tc, test_dead_and_fallback);
     tcase_add_test(tc, test_hung_target_times_out);
