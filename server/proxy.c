@@ -114,7 +114,6 @@ struct upstream {
     uint8_t state; /* enum up_state */
     bool hello_pending;
     bool writing;
-    bool reading;
     bool timer_on;
     int fd;
     uint64_t down_until;       /* ms: skip the target until then */
@@ -347,7 +346,7 @@ static void up_close(upstream *u)
     }
     event_del(&u->tev);
     u->timer_on = false;
-    u->reading = u->writing = false;
+    u->writing = false;
     evbuffer_drain(u->in, evbuffer_get_length(u->in));
     evbuffer_drain(u->out, evbuffer_get_length(u->out));
     u->scan = 0;
@@ -478,7 +477,6 @@ static void up_connected(upstream *u)
         up_fail(u);
         return;
     }
-    u->reading = true;
     for (pslot *s = u->head; s != NULL; s = s->unext) {
         if (s->req != NULL) {
             size_t n = evbuffer_get_length(s->req);
