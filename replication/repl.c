@@ -258,8 +258,10 @@ struct repl {
     uint8_t *ready;       /* [P+1] owned and caught up */
     uint64_t *changed_ns; /* [P+1] last change applied here */
     uint64_t *lost_ns;    /* [P+1] since when held but no longer owned */
-    uint32_t *parts_buf;  /* [P+1] scratch list */
-    bool republish;       /* a member's client address changed */
+    uint64_t *gained_ns;  /* [P+1] since when owned (start-up included) */
+    uint64_t started_ns;
+    uint32_t *parts_buf; /* [P+1] scratch list */
+    bool republish;      /* a member's client address changed */
     uint64_t last_tick_ns;
     char advertise[REPL_LINK_ADDR_MAX + 1];
     struct sockaddr_storage adv_addr; /* our client port, for the route */
@@ -1538,8 +1540,9 @@ static void ring_refresh(struct repl *r, uint64_t now)
         bool own = ring_is_owner(next, p, r->o.node_id);
         if (own && !r->owned[p]) {
             ASTORE(r->owned[p], 1);
-            ASTORE(r->ready[p], (uint8_t)(ring_owner_count(next) == 1));
+            ASTORE(r->ready[p], 0);
             ASTORE(r->lost_ns[p], 0);
+            r->gained_ns[p] = now;
         } else if (!own && r->owned[p]) {
             ASTORE(r->owned[p], 0);
             ASTORE(r->ready[p], 0);
@@ -1584,9 +1587,20 @@ static bool handed_off(struct repl *r, uint32_t p)
 static void handoff_tick(struct repl *r, uint64_t now)
 {
     size_t n = 0;
+    /* Alone in the ring since start-up for ring_down_ms: nobody else holds
+     * anything, what we hold is all there is. */
+    bool alone = ring_size(r->ring) == 1 &&
+                 now - r->started_ns >= (uint64_t)r->o.down_ms * 1000000ull;
     for (uint32_t p = 0; p < r->P; p++) {
-        if (r->owned[p])
+        if (r->owned[p]) {
+            /* Catching up ends with a round (parts_mark_ready), or once
+             * the holders have had ring_handoff_ms to hand it over. */
+            if (!r->ready[p] &&
+                (alone || now - r->gained_ns[p] >=
+                              (uint64_t)r->o.handoff_ms * 1000000ull))
+                ASTORE(r->ready[p], 1);
             continue;
+        }
         if (!r->lost_ns[p] && ALOAD(r->changed_ns[p]) > r->last_tick_ns)
             ASTORE(r->lost_ns[p], now);
         if (!r->lost_ns[p])
@@ -1983,17 +1997,23 @@ static int placement_setup(struct repl *r, char *err, size_t nerr)
     r->ready = calloc(n, 1);
     r->changed_ns = calloc(n, sizeof(uint64_t));
     r->lost_ns = calloc(n, sizeof(uint64_t));
+    r->gained_ns = calloc(n, sizeof(uint64_t));
     r->parts_buf = calloc(n, sizeof(uint32_t));
     int rc = 0;
     r->ring = ring_create(r->P, o->replicas, &rc);
     if (!r->owned || !r->ready || !r->changed_ns || !r->lost_ns ||
-        !r->parts_buf || !r->ring ||
+        !r->gained_ns || !r->parts_buf || !r->ring ||
         ring_add(r->ring, o->node_id, o->ring_weight) != RING_OK) {
         snprintf(err, nerr, "out of memory");
         return REPL_ERR_NOMEM;
     }
+    /* A node starts owning everything (it is alone in its ring) and
+     * holding nothing: every partition but the global one catches up. */
+    r->started_ns = now_ns();
     memset(r->owned, 1, n);
-    memset(r->ready, 1, n);
+    r->ready[r->P] = 1;
+    for (size_t p = 0; p < n; p++)
+        r->gained_ns[p] = r->started_ns;
     route_publish(r);
     if (!r->route) {
         snprintf(err, nerr, "out of memory");
@@ -2155,6 +2175,7 @@ void repl_destroy(repl *r)
     free(r->ready);
     free(r->changed_ns);
     free(r->lost_ns);
+    free(r->gained_ns);
     free(r->parts_buf);
     free(r->queue);
     free(r->scratch);
