@@ -458,6 +458,7 @@ static void repl_setup(void)
     if (d.opts.replicas > 0) {
         d.pcfg.route_fn = route_key;
         d.pcfg.route_arg = d.repl;
+        d.pcfg.proxy_timeout_ms = (uint32_t)d.opts.proxy_timeout_ms;
     }
 }
 

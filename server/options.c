@@ -685,7 +685,8 @@ static const char *arg_hint(const options_desc *d)
             d == &descs[OPTIONS_IDX_repl_listen]) {
             return "<addr>";
         }
-        if (d == &descs[OPTIONS_IDX_registry_listen]) {
+        if (d == &descs[OPTIONS_IDX_registry_listen] ||
+            d == &descs[OPTIONS_IDX_advertise]) {
             return "<addr>";
         }
         return d == &descs[OPTIONS_IDX_peers] ||

@@ -179,6 +179,8 @@ enum options_proto {
       86400000, "a partition this node lost is kept this long at least")     \
     X(ring_down_ms, 0, "ring-down-ms", OPTIONS_UINT, "3000", 0, 86400000,     \
       "a static peer unreachable this long leaves the ring")                  \
+    X(proxy_timeout_ms, 0, "proxy-timeout-ms", OPTIONS_UINT, "2000", 1,       \
+      3600000, "a request relayed to an owner fails after this long")         \
     X(advertise, 0, "advertise", OPTIONS_STR, NULL, 0, 0,                     \
       "host:port other nodes relay client requests to (default: -l and -p)") \
     X(registry, 0, "registry", OPTIONS_STR, NULL, 0, 0,                       \

@@ -145,6 +145,7 @@ static void store_view(store_stats *ss)
     STATS_SINCE(applied_remote)
     STATS_SINCE(stale_remote)
     STATS_SINCE(swept)
+    STATS_SINCE(dropped)
 #undef STATS_SINCE
     pthread_mutex_unlock(&reg.lock);
 }
@@ -242,6 +243,9 @@ static void emit_general(stats_emit_fn emit, void *arg)
     emit_u64(emit, arg, "applied_remote", ss.applied_remote);
     emit_u64(emit, arg, "stale_remote", ss.stale_remote);
     emit_u64(emit, arg, "swept", ss.swept);
+    /* Mutations forgotten because this node stopped owning their
+     * partition (replicas > 0). */
+    emit_u64(emit, arg, "dropped", ss.dropped);
     emit_u64(emit, arg, "clock_ticks", ss.clock_ticks);
 }
 
