@@ -19,8 +19,9 @@ Scenarios (nodes on loopback, static peer lists unless said otherwise):
      lost (items_dropped) and holds no partition it does not own;
   5. through a registry (no peer lists): a 4th node joins as in 4, then a
      node is killed, declared dead and its partitions copied again as in 3;
-  6. a joining node that reports no partition catching up holds every key
-     of its partitions (known to fail: expectedFailure).
+  6. a joining node that reports no partition catching up (under the
+     ring of all nodes) already holds every key of its partitions, so it
+     never answers a miss for a key it owns.
 
 A key's partition is computed here with the documented hash (FNV-1a 64
 then the SplitMix64 finalizer, modulo the ring's partition count) and its
@@ -599,13 +600,7 @@ class ScaleOut(unittest.TestCase):
                          "partitions (e.g. %s)" % (new.name, len(missing),
                                                    len(mine), missing[:3]))
 
-    @unittest.expectedFailure
     def test_6_joining_node_ready_only_with_its_data(self):
-        # Known defect: a node that starts sees itself alone first, owns
-        # every partition with no other owner and marks them all ready;
-        # the partitions it keeps once its peers appear are never gained,
-        # so they stay ready while its store is empty and it answers
-        # misses for them. Remove the decorator once that is fixed.
         with ScaleCluster(4, running=3,
                           extra={"ring_partitions": 256}) as cl:
             nodes = cl.live()
