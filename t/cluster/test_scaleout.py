@@ -21,7 +21,10 @@ Scenarios (nodes on loopback, static peer lists unless said otherwise):
      node is killed, declared dead and its partitions copied again as in 3;
   6. a joining node that reports no partition catching up (under the
      ring of all nodes) already holds every key of its partitions, so it
-     never answers a miss for a key it owns.
+     never answers a miss for a key it owns;
+  7. every key read through a joining node, from the moment it knows all
+     nodes until it has caught up, has its value (with a long hand-off,
+     so that only rounds end its catching up).
 
 A key's partition is computed here with the documented hash (FNV-1a 64
 then the SplitMix64 finalizer, modulo the ring's partition count) and its
@@ -610,6 +613,53 @@ class ScaleOut(unittest.TestCase):
             self.assert_holdings(cl, nodes, before, data)
             new = cl.start_node(3)
             self.check_first_ready(cl, new, cl.live(), data)
+
+    def test_7_reads_through_a_joining_node(self):
+        # A long hand-off: only rounds end the new node's catching up.
+        with ScaleCluster(4, running=3, extra={
+                "ring_partitions": 256, "ring_handoff_ms": 30000}) as cl:
+            nodes = cl.live()
+            before = self.wait_settled(cl, nodes)
+            data = self.make_data("join", 5 * NKEYS)
+            self.write_random(nodes, data)
+            self.assert_holdings(cl, nodes, before, data)
+            new = cl.start_node(3)
+            self.check_join_reads(cl, new, cl.live(), data)
+
+    def check_join_reads(self, cl, new, live, data):
+        """From the moment the new node knows every live node until it has
+        caught up, every key read through it has its value: keys of the
+        partitions it is catching up are relayed, the others too."""
+        ids = {node_id(n) for n in live}
+        self.assertTrue(wait_until(lambda: set(ring_of(new).members) == ids,
+                                   WAIT, interval=0.01), cl.logs())
+        keys = sorted(data)
+        c = client(new)
+        deadline = time.monotonic() + WAIT
+        reads = 0
+        ready = None
+        for _ in range(int(WAIT / 0.01) + 1):
+            rv = ring_of(new)
+            if (set(rv.members) == ids and
+                    rv.counter("partitions_catching_up") == 0):
+                ready = rv
+            got = get_all(c, keys)
+            reads += 1
+            missing = [k for k in keys if got.get(k) != data[k]]
+            self.assertEqual(len(missing), 0, "read %d through %s while "
+                             "it joins: %d of %d keys missing or wrong "
+                             "(e.g. %s)\n%s" % (reads, new.name,
+                                                 len(missing), len(keys),
+                                                 missing[:3], rv.raw))
+            if ready or time.monotonic() > deadline:
+                break
+        c.close()
+        self.assertTrue(ready, "%s did not catch up\n%s" % (new.name,
+                                                             cl.logs()))
+        mine = sorted(expected_holdings(ready, keys)[node_id(new)])
+        self.assertEqual(local_items(new, mine), {k: data[k] for k in mine})
+        print("\n%d full reads through %s while it caught up" % (
+            reads, new.name))
 
     def test_5_registry_join_and_death(self):
         with RegistryScaleCluster(4, running=3) as cl:
