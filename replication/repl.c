@@ -253,6 +253,7 @@ struct repl {
      */
     uint32_t P;
     ring *ring;
+    ring *prev_ring; /* the ring before the last change (NULL: none) */
     uint64_t ring_gen;
     uint8_t *owned;       /* [P+1] */
     uint8_t *ready;       /* [P+1] owned and caught up */
@@ -1431,6 +1432,7 @@ struct route_member {
 
 struct route {
     ring *ring;
+    ring *prev; /* the ring before the last change, or NULL */
     size_t n;
     struct route_member m[]; /* sorted by node id */
 };
@@ -1440,6 +1442,7 @@ static void route_free(struct route *rt)
     if (!rt)
         return;
     ring_destroy(rt->ring);
+    ring_destroy(rt->prev);
     free(rt);
 }
 
@@ -1449,9 +1452,10 @@ static void route_publish(struct repl *r)
     size_t n = ring_size(r->ring);
     ring_member *m = calloc(n ? n : 1, sizeof(*m));
     struct route *rt = calloc(1, sizeof(*rt) + n * sizeof(rt->m[0]));
-    if (!m || !rt || !(rt->ring = ring_clone(r->ring, NULL))) {
+    if (!m || !rt || !(rt->ring = ring_clone(r->ring, NULL)) ||
+        (r->prev_ring && !(rt->prev = ring_clone(r->prev_ring, NULL)))) {
         free(m);
-        free(rt);
+        route_free(rt);
         r->republish = true; /* try again next tick */
         return;
     }
@@ -1549,7 +1553,8 @@ static void ring_refresh(struct repl *r, uint64_t now)
             ASTORE(r->lost_ns[p], now);
         }
     }
-    ring_destroy(r->ring);
+    ring_destroy(r->prev_ring);
+    r->prev_ring = r->ring;
     r->ring = next;
     r->ring_gen++;
     PST_ADD(&r->st, ring_changes, 1);
@@ -2171,6 +2176,7 @@ void repl_destroy(repl *r)
     route_free(r->route);
     pthread_rwlock_destroy(&r->rlock);
     ring_destroy(r->ring);
+    ring_destroy(r->prev_ring);
     free(r->owned);
     free(r->ready);
     free(r->changed_ns);
@@ -2279,21 +2285,33 @@ int repl_route(repl *r, const char *key, size_t nkey, bool write,
     /* Owned: writes are taken here; reads too once caught up, until then
      * they go to an owner that is (or that has been here longer). */
     if (!mine || !(write || ALOAD(r->ready[p]))) {
-        for (size_t i = 0; i < k && n < cap; i++) {
-            if (own[i] == r->o.node_id)
-                continue;
+        /*
+         * The other owners, best first, except that those which already
+         * owned p before the last ring change come first: one that just
+         * gained p may still be catching up, and a relayed request is
+         * served where it lands.
+         */
+        uint32_t ids[16];
+        size_t nid = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t i = 0; i < k && nid < 16; i++)
+                if (own[i] != r->o.node_id &&
+                    (rt->prev && ring_is_owner(rt->prev, p, own[i])) ==
+                        (pass == 0))
+                    ids[nid++] = own[i];
+        for (size_t i = 0; i < nid && n < cap; i++) {
             size_t lo = 0, hi = rt->n;
             while (lo < hi) {
                 size_t mid = lo + (hi - lo) / 2;
-                if (rt->m[mid].node < own[i])
+                if (rt->m[mid].node < ids[i])
                     lo = mid + 1;
                 else
                     hi = mid;
             }
-            if (lo == rt->n || rt->m[lo].node != own[i] ||
+            if (lo == rt->n || rt->m[lo].node != ids[i] ||
                 rt->m[lo].addrlen == 0)
                 continue;
-            out[n].node = own[i];
+            out[n].node = ids[i];
             out[n].addr = rt->m[lo].addr;
             out[n].addrlen = rt->m[lo].addrlen;
             n++;

@@ -588,7 +588,7 @@ static void get_one(pt_req *r, const pt_tok *k, bool with_cas, bool touch,
         out_get_hit(r, it, with_cas);
 }
 
-/* A run of consecutive keys of a get that go to the same owner. */
+/* A run of consecutive keys of a get that have the same owners. */
 typedef struct pt_run {
     char *buf; /* "<cmd> [<exptime>] key key...", room for the whole line */
     size_t head;
@@ -597,6 +597,22 @@ typedef struct pt_run {
     int nt;
     proto_target t[PROTO_ROUTE_MAX];
 } pt_run;
+
+/*
+ * True when two keys have the same owners in the same order: only then may
+ * they share a run, so that falling back to the next owner when the first
+ * is down stays right for every key of the run.
+ */
+static bool same_targets(const proto_target *a, int na, const proto_target *b,
+                         int nb)
+{
+    if (na != nb)
+        return false;
+    for (int i = 0; i < na; i++)
+        if (!proxy_same_target(&a[i], &b[i]))
+            return false;
+    return true;
+}
 
 /* Relays the run's keys as one get; their hits take this place. */
 static void run_flush(pt_req *r, pt_run *run)
@@ -624,9 +640,9 @@ static void run_flush(pt_req *r, pt_run *run)
  * A get whose keys may live elsewhere (relaying is on). A single remote
  * key relays the request as it is (so a failure answers the protocol's
  * error). With several keys, each run of consecutive keys that go to the
- * same owner is relayed as one get, local keys are served here, and the
- * hits come out in the order of the keys with one END; a run that fails
- * reads as misses (and counts in proxy_failures).
+ * same owners (in the same order) is relayed as one get, local keys are served
+ * here, and the hits come out in the order of the keys with one END; a run
+ * that fails reads as misses (and counts in proxy_failures).
  */
 static int get_routed(pt_req *r, bool with_cas, bool touch, int64_t exptime,
                       const char *p, const char *e, size_t nkeys)
@@ -669,7 +685,7 @@ static int get_routed(pt_req *r, bool with_cas, bool touch, int64_t exptime,
     run.nt = 0;
     while (next_key(&p, e, &k)) {
         int nt = proxy_route(r->ctx, k.s, k.n, touch, cur);
-        if (nt > 0 && run.nkeys > 0 && proxy_same_target(&cur[0], &run.t[0])) {
+        if (nt > 0 && run.nkeys > 0 && same_targets(cur, nt, run.t, run.nt)) {
             run.buf[run.len++] = ' ';
             memcpy(run.buf + run.len, k.s, k.n);
             run.len += k.n;
