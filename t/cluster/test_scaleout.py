@@ -25,10 +25,11 @@ Scenarios (nodes on loopback, static peer lists unless said otherwise):
   7. every key read through a joining node, from the moment it knows all
      nodes until it has caught up, has its value (with a long hand-off,
      so that only rounds end its catching up);
-  8. the same through the old nodes (known to fail: expectedFailure);
+  8. the same through the old nodes, which must not relay reads to the
+     joining node while it catches up;
   9. right after a SIGKILL, before the ring drops the dead node, every key
-     read through every live node has its value: relaying falls back to
-     the next owner (known to fail: expectedFailure).
+     read through every live node (multi-key gets) has its value:
+     relaying falls back to the next owner of each key.
 
 A key's partition is computed here with the documented hash (FNV-1a 64
 then the SplitMix64 finalizer, modulo the ring's partition count) and its
@@ -630,13 +631,10 @@ class ScaleOut(unittest.TestCase):
             new = cl.start_node(3)
             self.check_join_reads(cl, new, cl.live(), data, [new])
 
-    @unittest.expectedFailure
     def test_8_reads_through_old_nodes_while_one_joins(self):
-        # Known defect: an old node relays a read to the key's new first
-        # owner, the joining node, which serves it from what it holds
-        # while it is still catching up (a relayed request is never
-        # relayed again) and answers a miss. Remove the decorator once
-        # that is fixed.
+        # An old node must not relay a read to the joining node while
+        # that one is catching up: a relayed request is served where it
+        # lands, never relayed again.
         with ScaleCluster(4, running=3, extra={
                 "ring_partitions": 256, "ring_handoff_ms": 30000}) as cl:
             nodes = cl.live()
@@ -647,14 +645,11 @@ class ScaleOut(unittest.TestCase):
             new = cl.start_node(3)
             self.check_join_reads(cl, new, cl.live(), data, cl.live())
 
-    @unittest.expectedFailure
     def test_9_reads_right_after_a_kill(self):
-        # Known defect: a multi-key get is relayed in runs of keys with the
-        # same first owner; when that owner is down the whole run goes to
-        # the next owner of its first key, which does not own the keys of
-        # the run whose second owner differs, and they read as misses
-        # (without a proxy failure) until the ring drops the dead node.
-        # Remove the decorator once that is fixed.
+        # Multi-key gets are relayed in runs: when the first owner is down,
+        # every key of a run must fall back to an owner of its own (the
+        # keys of a run whose second owners differ must not read as
+        # misses).
         with ScaleCluster(4, extra={"ring_partitions": 256,
                                     "ring_down_ms": 5000}) as cl:
             nodes = cl.live()
