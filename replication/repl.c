@@ -254,6 +254,7 @@ struct repl {
     uint32_t P;
     ring *ring;
     ring *prev_ring; /* the ring before the last change (NULL: none) */
+    uint64_t ring_changed_ns;
     uint64_t ring_gen;
     uint8_t *owned;       /* [P+1] */
     uint8_t *ready;       /* [P+1] owned and caught up */
@@ -1432,7 +1433,8 @@ struct route_member {
 
 struct route {
     ring *ring;
-    ring *prev; /* the ring before the last change, or NULL */
+    ring *prev;        /* the ring before the last change, or NULL */
+    uint64_t prev_end; /* until when (now_ns) prev orders reads */
     size_t n;
     struct route_member m[]; /* sorted by node id */
 };
@@ -1461,6 +1463,9 @@ static void route_publish(struct repl *r)
     }
     ring_members(r->ring, m, n);
     rt->n = n;
+    /* A ring change publishes at once: the new owners catch up within
+     * about ring_handoff_ms, and reads prefer the old ones until then. */
+    rt->prev_end = r->ring_changed_ns + (uint64_t)r->o.handoff_ms * 1000000ull;
     for (size_t i = 0; i < n; i++) {
         struct route_member *rm = &rt->m[i];
         rm->node = m[i].node;
@@ -1556,6 +1561,7 @@ static void ring_refresh(struct repl *r, uint64_t now)
     ring_destroy(r->prev_ring);
     r->prev_ring = r->ring;
     r->ring = next;
+    r->ring_changed_ns = now;
     r->ring_gen++;
     PST_ADD(&r->st, ring_changes, 1);
     route_publish(r);
@@ -1598,11 +1604,14 @@ static void handoff_tick(struct repl *r, uint64_t now)
                  now - r->started_ns >= (uint64_t)r->o.down_ms * 1000000ull;
     for (uint32_t p = 0; p < r->P; p++) {
         if (r->owned[p]) {
-            /* Catching up ends with a round (parts_mark_ready), or once
-             * the holders have had ring_handoff_ms to hand it over. */
+            /* Catching up ends with a round covering p with another
+             * owner (parts_mark_ready). Without another owner there is
+             * no such round: then once the holders have had
+             * ring_handoff_ms to hand it over. */
             if (!r->ready[p] &&
-                (alone || now - r->gained_ns[p] >=
-                              (uint64_t)r->o.handoff_ms * 1000000ull))
+                (alone || (ring_owner_count(r->ring) == 1 &&
+                           now - r->gained_ns[p] >=
+                               (uint64_t)r->o.handoff_ms * 1000000ull)))
                 ASTORE(r->ready[p], 1);
             continue;
         }
@@ -2279,26 +2288,39 @@ int repl_route(repl *r, const char *key, size_t nkey, bool write,
     uint32_t p = ring_partition(rt->ring, key, nkey);
     const uint32_t *own = ring_owners_ref(rt->ring, p);
     size_t k = own ? ring_owner_count(rt->ring) : 0;
+    uint32_t self = r->o.node_id, ids[16];
+    size_t nid = 0;
     bool mine = false;
     for (size_t i = 0; i < k; i++)
-        mine |= own[i] == r->o.node_id;
-    /* Owned: writes are taken here; reads too once caught up, until then
-     * they go to an owner that is (or that has been here longer). */
-    if (!mine || !(write || ALOAD(r->ready[p]))) {
+        mine |= own[i] == self;
+    if (write) {
         /*
-         * The other owners, best first, except that those which already
-         * owned p before the last ring change come first: one that just
-         * gained p may still be catching up, and a relayed request is
-         * served where it lands.
+         * Writes go to the preferred owner (the first), so that a key's
+         * writes meet in one place: cas is atomic there, and a read
+         * relayed to it sees them. When it is unreachable the relay falls
+         * down the list, this node included (its own client port, served
+         * here).
          */
-        uint32_t ids[16];
-        size_t nid = 0;
+        if (k > 0 && own[0] != self)
+            for (size_t i = 0; i < k && nid < 16; i++)
+                ids[nid++] = own[i];
+    } else if (!mine || !ALOAD(r->ready[p])) {
+        /*
+         * Reads are served by any owner that has caught up. Otherwise the
+         * other owners, best first (where the writes go), except that
+         * within ring_handoff_ms of a ring change those which already
+         * owned p before it come first: one that just gained p may still
+         * be catching up, and a relayed request is served where it lands.
+         */
+        bool prefer_old = rt->prev && now_ns() < rt->prev_end;
         for (int pass = 0; pass < 2; pass++)
             for (size_t i = 0; i < k && nid < 16; i++)
-                if (own[i] != r->o.node_id &&
-                    (rt->prev && ring_is_owner(rt->prev, p, own[i])) ==
+                if (own[i] != self &&
+                    (prefer_old && ring_is_owner(rt->prev, p, own[i])) ==
                         (pass == 0))
                     ids[nid++] = own[i];
+    }
+    {
         for (size_t i = 0; i < nid && n < cap; i++) {
             size_t lo = 0, hi = rt->n;
             while (lo < hi) {

@@ -95,10 +95,13 @@ typedef struct repl_target {
 /*
  * Where a request for key is served (called on client worker threads;
  * takes a read lock on the published ring). Returns 0 when this node
- * serves it: full replication, or this node owns the key's partition and
- * either the request writes or the partition has caught up. Otherwise
- * copies up to cap other owners, best first, to out and returns how many
- * (0 when there is no other owner: serve here).
+ * serves it: full replication; a write when this node is the key's
+ * preferred (first) owner; a read when this node owns the key's partition
+ * and has caught up. Otherwise copies up to cap targets to out and
+ * returns how many (0 when there is nobody else: serve here): for a
+ * write, every owner best first (this node too, as the last resort, at
+ * its own client port); for a read, the other owners, those that owned
+ * the partition before the last ring change first.
  */
 int repl_route(repl *r, const char *key, size_t nkey, bool write,
                repl_target *out, int cap);

@@ -30,6 +30,10 @@ Scenarios (nodes on loopback, static peer lists unless said otherwise):
   9. right after a SIGKILL, before the ring drops the dead node, every key
      read through every live node (multi-key gets) has its value:
      relaying falls back to the next owner of each key.
+ 10. writes meet at a key's preferred owner wherever they are sent: a set
+     through one node, an incr through another and a gets through a third
+     (not the second owner, whose reads are local) agree at once, and a
+     cas unique used through one node fails through another.
 
 A key's partition is computed here with the documented hash (FNV-1a 64
 then the SplitMix64 finalizer, modulo the ring's partition count) and its
@@ -730,6 +734,43 @@ class ScaleOut(unittest.TestCase):
             self.add_and_check(cl, 3, data, before)
             rv = self.wait_settled(cl, cl.live())
             self.kill_and_check(cl, cl[0], data, rv)
+
+    def test_10_writes_meet_at_the_preferred_owner(self):
+        # Every write goes to a key's preferred owner, wherever it is sent:
+        # a write through one node is seen at once by a write or a relayed
+        # read through any other, and cas through different nodes is
+        # atomic (one cas unique wins once). Reads at the second owner are
+        # local (zero hops) and only as fresh as eager push, so the read
+        # below goes through a node that is not the second owner.
+        with ScaleCluster(4, extra={"ring_partitions": 256}) as cl:
+            nodes = cl.live()
+            rv = self.wait_settled(cl, nodes)
+            # For ring_handoff_ms after a ring change, relayed reads try
+            # the partition's previous owners first (a new owner may be
+            # catching up); past it they go where the writes go.
+            time.sleep(SCALE["ring_handoff_ms"] / 1000.0 + 0.2)
+            rng = random.Random(10)
+            clients = [client(n) for n in nodes]
+            try:
+                for i in range(60):
+                    key = "meet-%03d" % i
+                    second = rv.owners[partition(key, rv.partitions)][1]
+                    a, b, c = rng.sample(range(len(nodes)), 3)
+                    if node_id(nodes[c]) == second:
+                        c = next(j for j in range(len(nodes))
+                                 if j not in (a, b))
+                    self.assertTrue(clients[a].set(key, b"5", noreply=False))
+                    self.assertEqual(clients[b].incr(key, 2, noreply=False),
+                                     7, key)
+                    value, cas = clients[c].gets(key)
+                    self.assertEqual(value, b"7", key)
+                    self.assertTrue(clients[a].cas(key, b"8", cas,
+                                                   noreply=False), key)
+                    self.assertFalse(clients[b].cas(key, b"9", cas,
+                                                    noreply=False), key)
+            finally:
+                for c in clients:
+                    c.close()
 
 
 if __name__ == "__main__":
