@@ -34,6 +34,7 @@
 #include "options.h"
 #include "proxy.h"
 #include "stats_registry.h"
+#include "showbytes.h"
 
 #define TIMEOUT_MS 300 /* the relay timeout of the servers under test */
 
@@ -346,26 +347,6 @@ static size_t recv_n(int fd, char *buf, size_t n)
         got += (size_t)r;
     }
     return got;
-}
-
-static void show(char *dst, size_t cap, const char *s, size_t n)
-{
-    size_t j = 0;
-    for (size_t i = 0; i < n && j + 5 < cap; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\r') {
-            dst[j++] = '\\';
-            dst[j++] = 'r';
-        } else if (c == '\n') {
-            dst[j++] = '\\';
-            dst[j++] = 'n';
-        } else if (c < 32 || c > 126) {
-            j += (size_t)snprintf(dst + j, cap - j, "\\x%02x", c);
-        } else {
-            dst[j++] = (char)c;
-        }
-    }
-    dst[j] = '\0';
 }
 
 /* Reads exactly nwant bytes and compares them. */

@@ -16,6 +16,7 @@
 #include <event2/buffer.h>
 
 #include "proto_text.h"
+#include "showbytes.h"
 
 #define T0_S 1700000000ULL /* the test clock, in unix seconds */
 
@@ -108,26 +109,6 @@ static char *run_split(const char *req, size_t n, size_t step, size_t *outlen)
     evbuffer_free(in);
     evbuffer_free(out);
     return s;
-}
-
-static void show(char *dst, size_t cap, const char *s, size_t n)
-{
-    size_t j = 0;
-    for (size_t i = 0; i < n && j + 5 < cap; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\r') {
-            dst[j++] = '\\';
-            dst[j++] = 'r';
-        } else if (c == '\n') {
-            dst[j++] = '\\';
-            dst[j++] = 'n';
-        } else if (c < 32 || c > 126) {
-            j += (size_t)snprintf(dst + j, cap - j, "\\x%02x", c);
-        } else {
-            dst[j++] = (char)c;
-        }
-    }
-    dst[j] = '\0';
 }
 
 static void expect_bytes(const char *req, size_t nreq, const char *want,

@@ -16,31 +16,13 @@
 #include <unistd.h>
 
 #include "repl.h"
+#include "repltest.h"
 #include "ring.h"
 #include "store.h"
 
 #define WAIT_MS 20000
 #define P 64
 #define NKEYS 600
-
-static uint16_t free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t len = sizeof(a);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static uint32_t part_of(void *arg, const char *key, size_t nkey)
 {
