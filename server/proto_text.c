@@ -18,16 +18,17 @@
  * Meta flags supported:
  *   mg  b c f h k l O q s t u v T N (N vivifies an empty item on a miss;
  *       the vivifying request gets the W response flag)
- *   ms  b c k O q C F T M(E A P R S)
- *   md  b k O q C (T is accepted and ignored, as it only matters with I)
- *   ma  b c k O q t v C N J D T M(I + D -)
+ *   ms  b c k O q C E F T M(E A P R S)
+ *   md  b k O q C (T and E are accepted and ignored: they only matter with I)
+ *   ma  b c k O q t v C E N J D T M(I + D -)
  *   me  b
  * P and L (proxy hints) are accepted and ignored, like memcached does.
- * Not supported, and answered with "CLIENT_ERROR invalid flag" (or the
- * command's fixed flag error): the stale-while-revalidate set R (recache
- * win), I (invalidate / mark stale) and E (explicit cas). The store keeps
- * neither a stale mark nor a "win token sent" mark per item and derives cas
- * from the mutation id, so the Z and X response flags are never sent either.
+ * E (explicit new cas) is kept by ms and ma: the cas travels with the
+ * mutation, so every node reports it. Not supported, and answered with
+ * "CLIENT_ERROR invalid flag" (or the command's fixed flag error): the
+ * stale-while-revalidate set R (recache win) and I (invalidate / mark
+ * stale), and E on mg. The store keeps neither a stale mark nor a "win
+ * token sent" mark per item, so the Z and X response flags are never sent.
  *
  * Deliberate differences from memcached (all on bad input):
  *   - keys with control characters (bytes < 0x21 or 0x7f) are refused
@@ -1128,6 +1129,7 @@ typedef struct pt_meta {
     bool has_T, has_N, has_C;
     int64_t T, N;
     uint64_t C, D, J;
+    uint64_t E; /* explicit new cas (ms, ma); 0 = none */
     uint32_t F;
     char M;
     const pt_tok *opaque;
@@ -1219,6 +1221,13 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
                 m->has_C = true;
             }
             break;
+        case 'E':
+            /* A cas unique is never 0 here (0 means "none"). */
+            if (!parse_u64(t->s + 1, t->n - 1, &m->E) || m->E == 0) {
+                *err = "CLIENT_ERROR bad token in command line format";
+                bad = true;
+            }
+            break;
         case 'M':
             if (t->n != 2) {
                 *err = "CLIENT_ERROR incorrect length for M token";
@@ -1239,7 +1248,7 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
                 bad = true;
             }
             break;
-        default: /* unknown, or R/I/E (stale-while-revalidate, not kept) */
+        default: /* unknown, or R/I (stale-while-revalidate, not kept) */
             *err = "CLIENT_ERROR invalid flag";
             return -1;
         }
@@ -1325,7 +1334,9 @@ static int cmd_mg(pt_req *r)
 
     if (!meta_head(r, true))
         return 0;
-    if (meta_parse(r, 2, &m, &err) != 0 || (err = meta_check(&m)) != NULL) {
+    /* E would set the cas of a touched or vivified item: not kept. */
+    if (meta_parse(r, 2, &m, &err) != 0 || (err = meta_check(&m)) != NULL ||
+        (meta_has(&m, 'E') && (err = "CLIENT_ERROR invalid flag"))) {
         reply_err(r, err);
         return 0;
     }
@@ -1525,6 +1536,7 @@ static int cmd_ms(pt_req *r)
         .flags = m.F,
         .exptime = m.has_T ? store_exptime_abs(r->ctx->store, m.T) : 0,
         .cas = cas,
+        .new_cas = m.E,
     };
     int rc = do_write(r, &w, &cas_out);
     if (mode == STORE_CAS)
@@ -1669,6 +1681,7 @@ static int cmd_ma(pt_req *r)
         /* T: the new ttl goes in the same mutation as the number */
         .touch = m.has_T,
         .touch_exptime = m.has_T ? store_exptime_abs(s, m.T) : 0,
+        .new_cas = m.E,
     };
     int rc = store_arith(s, &a, &value, &cas);
     char *p = out_reserve(r->o, PT_LINE_MAX);

@@ -1369,7 +1369,7 @@ static inline bool key_ok(const char *key, size_t nkey)
 /*
  * Stamps a local item with a fresh id and version and applies it (caller
  * holds sp->lock). The cas is fresh (derived from the id) when keep_cas is
- * 0, else keep_cas (touch, gat). On success *note gets a reference for the
+ * 0, else keep_cas (touch, gat, meta E). On success *note gets a reference for the
  * listener (when one is set) and *cas_out the item's cas. Returns the apply
  * result; on APPLY_STALE (only possible on an id collision) the item is
  * freed.
@@ -1519,7 +1519,7 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
     } else {
         it->exptime = stored_exptime(w->exptime, &t);
     }
-    if (commit_local(s, sp, it, &t, 0, &note, cas_out) == APPLY_STALE)
+    if (commit_local(s, sp, it, &t, w->new_cas, &note, cas_out) == APPLY_STALE)
         rc = STORE_NOT_STORED;
     pthread_mutex_unlock(&sp->lock);
     notify(s, note, true);
@@ -1790,7 +1790,7 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
         it->exptime = cur->exptime;
     else
         it->exptime = stored_exptime(r->exptime, &t);
-    if (commit_local(s, sp, it, &t, 0, &note, cas_out) == APPLY_STALE)
+    if (commit_local(s, sp, it, &t, r->new_cas, &note, cas_out) == APPLY_STALE)
         rc = STORE_NOT_FOUND;
     else if (value)
         *value = v;

@@ -202,9 +202,10 @@ typedef struct store_write {
     const char *value;
     size_t nvalue;
     uint32_t flags;
-    int64_t exptime; /* absolute (store_exptime_abs); -1 = expired */
-    uint64_t cas;    /* STORE_CAS: expected cas; other modes: if non-zero,
-                        the write also requires this cas (binary/meta) */
+    int64_t exptime;  /* absolute (store_exptime_abs); -1 = expired */
+    uint64_t cas;     /* STORE_CAS: expected cas; other modes: if non-zero,
+                         the write also requires this cas (binary/meta) */
+    uint64_t new_cas; /* the stored item's cas (meta E); 0 = a fresh one */
 } store_write;
 
 /*
@@ -265,6 +266,7 @@ typedef struct store_arith_req {
     bool touch;            /* also set the expiry to touch_exptime, in the
                               same mutation (meta ma with T) */
     int64_t touch_exptime; /* absolute (store_exptime_abs); -1 = expired */
+    uint64_t new_cas;      /* the new mutation's cas (meta E); 0 = fresh */
 } store_arith_req;
 
 /*

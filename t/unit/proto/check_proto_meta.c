@@ -275,6 +275,31 @@ START_TEST(test_ma)
 }
 END_TEST
 
+/* E: the cas the stored item gets (ms, ma); the cas of a later write is
+ * fresh again. mg does not keep E; 0 is not a cas. */
+START_TEST(test_explicit_cas)
+{
+    EXPECT("ms e 1 E777 c\r\nx\r\n", "HD c777\r\n");
+    EXPECT("mg e c v\r\n", "VA 1 c777\r\nx\r\n");
+    EXPECT("ms e 1 C777 E900\r\ny\r\n", "HD\r\n");
+    EXPECT("mg e c\r\n", "HD c900\r\n");
+    EXPECT("ms e 1 C777 E901\r\nz\r\n", "EX\r\n");
+    EXPECT("mg e v\r\n", "VA 1\r\ny\r\n");
+    EXPECT("ma n N0 J5 E42 c v\r\n", "VA 1 c42\r\n5\r\n");
+    EXPECT("ma n E43 c v\r\n", "VA 1 c43\r\n6\r\n");
+    EXPECT("ma n C43 E44 c\r\n", "HD c44\r\n");
+    ck_assert_uint_eq(cas_of("e"), 900);
+    EXPECT("ms e 1\r\nw\r\n", "HD\r\n");
+    ck_assert_uint_ne(cas_of("e"), 900);
+    ck_assert_uint_ne(cas_of("e"), 0);
+    EXPECT("ms e 1 E0\r\nq\r\nmn\r\n",
+           "CLIENT_ERROR bad token in command line format\r\nMN\r\n");
+    EXPECT("ma n Ex\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
+    EXPECT("mg e E5\r\n", "CLIENT_ERROR invalid flag\r\n");
+    EXPECT("md e E9\r\n", "HD\r\n");
+}
+END_TEST
+
 START_TEST(test_me)
 {
     EXPECT("me zz\r\n", "EN\r\n");
@@ -327,6 +352,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("meta");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_mn_and_basic);
+    tcase_add_test(tc, test_explicit_cas);
     tcase_add_test(tc, test_mg_flags_in_order);
     tcase_add_test(tc, test_mg_hit_and_access);
     tcase_add_test(tc, test_mg_quiet);
