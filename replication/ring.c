@@ -408,9 +408,14 @@ size_t ring_members(const ring *r, ring_member *out, size_t cap)
     return r->nmembers;
 }
 
+uint32_t ring_key_partition(uint32_t partitions, const void *key, size_t nkey)
+{
+    return (uint32_t)(ring_hash_key(key, nkey) % partitions);
+}
+
 uint32_t ring_partition(const ring *r, const void *key, size_t nkey)
 {
-    return (uint32_t)(ring_hash_key(key, nkey) % r->partitions);
+    return ring_key_partition(r->partitions, key, nkey);
 }
 
 const uint32_t *ring_owners_ref(const ring *r, uint32_t p)

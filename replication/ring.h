@@ -131,7 +131,14 @@ bool ring_is_member(const ring *r, uint32_t node);
  */
 uint64_t ring_hash_key(const void *key, size_t nkey);
 
-/* The partition of a key: ring_hash_key(key) mod ring_partitions(r). */
+/*
+ * The partition of a key among `partitions` (>= 1): ring_hash_key(key) mod
+ * partitions. Needs no ring, so a store can file keys by partition with
+ * exactly the ring's rule.
+ */
+uint32_t ring_key_partition(uint32_t partitions, const void *key, size_t nkey);
+
+/* The partition of a key: ring_key_partition(ring_partitions(r), key). */
 uint32_t ring_partition(const ring *r, const void *key, size_t nkey);
 
 /*

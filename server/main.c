@@ -305,7 +305,7 @@ static void ring_stats(void *arg, stats_emit_fn emit, void *emit_arg)
 static uint32_t key_partition(void *arg, const char *key, size_t nkey)
 {
     (void)arg;
-    return (uint32_t)(ring_hash_key(key, nkey) % d.opts.ring_partitions);
+    return ring_key_partition((uint32_t)d.opts.ring_partitions, key, nkey);
 }
 
 /* proto_route_fn over the replication ring. */

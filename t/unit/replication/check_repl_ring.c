@@ -27,7 +27,7 @@
 static uint32_t part_of(void *arg, const char *key, size_t nkey)
 {
     (void)arg;
-    return (uint32_t)(ring_hash_key(key, nkey) % P);
+    return ring_key_partition(P, key, nkey);
 }
 
 struct node {
