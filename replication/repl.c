@@ -1619,8 +1619,8 @@ static void handoff_tick(struct repl *r, uint64_t now)
             ASTORE(r->lost_ns[p], now);
         if (!r->lost_ns[p])
             continue;
-        uint64_t muts = 0, items = 0, bytes = 0;
-        store_partition_stats(r->s, p, &muts, &items, &bytes);
+        uint64_t muts = 0;
+        store_partition_stats(r->s, p, &muts, NULL, NULL);
         if (muts == 0) {
             ASTORE(r->lost_ns[p], 0);
             continue;
@@ -1636,8 +1636,8 @@ static void handoff_tick(struct repl *r, uint64_t now)
     size_t k = store_drop_partitions(r->s, r->parts_buf, n, DROP_BUDGET);
     PST_ADD(&r->st, items_dropped, k);
     for (size_t i = 0; i < n; i++) {
-        uint64_t muts = 0, items = 0, bytes = 0;
-        store_partition_stats(r->s, r->parts_buf[i], &muts, &items, &bytes);
+        uint64_t muts = 0;
+        store_partition_stats(r->s, r->parts_buf[i], &muts, NULL, NULL);
         if (muts == 0) {
             ASTORE(r->lost_ns[r->parts_buf[i]], 0);
             PST_ADD(&r->st, partitions_dropped, 1);
