@@ -750,12 +750,14 @@ static bool item_dead(store *s, const store_item *it, const tnow *t)
             it->exptime > 0 ? it->exptime : (int64_t)(it->ticks / NS_PER_S);
         if ((it->flags & TOMB_EVICTED) && grace > EVICT_GRACE)
             grace = EVICT_GRACE;
-        return t->s >= born + grace;
+        /* Compared as now - grace: born and exptime may be as large as
+         * a peer sends (up to INT64_MAX), and adding would overflow. */
+        return t->s - grace >= born;
     }
     case STORE_KIND_VALUE:
         if (item_flushed(s, it, t))
             return true;
-        return it->exptime != 0 && t->s >= it->exptime + grace;
+        return it->exptime != 0 && t->s - grace >= it->exptime;
     default:
         return false;
     }
@@ -1369,9 +1371,9 @@ static inline bool key_ok(const char *key, size_t nkey)
 /*
  * Stamps a local item with a fresh id and version and applies it (caller
  * holds sp->lock). The cas is fresh (derived from the id) when keep_cas is
- * 0, else keep_cas (touch, gat, meta E). On success *note gets a reference for the
- * listener (when one is set) and *cas_out the item's cas. Returns the apply
- * result; on APPLY_STALE (only possible on an id collision) the item is
+ * 0, else keep_cas (touch, gat, meta E). On success *note gets a reference for
+ * the listener (when one is set) and *cas_out the item's cas. Returns the
+ * apply result; on APPLY_STALE (only possible on an id collision) the item is
  * freed.
  */
 static int commit_local(store *s, struct stripe *sp, store_item *it,

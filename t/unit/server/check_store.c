@@ -688,6 +688,30 @@ START_TEST(test_apply_invalid)
 }
 END_TEST
 
+/*
+ * Expiry times as large as a peer may send (up to INT64_MAX) are compared
+ * with the grace without overflowing: such a value and such a tombstone
+ * stay in the set and are never swept (regression: the sweep added the
+ * grace to them).
+ */
+START_TEST(test_far_expiry_not_swept)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 5, 0);
+    store_mutation m = mut(20, T0, 3, STORE_KIND_VALUE, "far", "v");
+    m.exptime = INT64_MAX;
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    m = mut(21, T0, 3, STORE_KIND_TOMBSTONE, "gone", NULL);
+    m.exptime = INT64_MAX;
+    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    advance(&c, 100000);
+    ck_assert_uint_eq(store_sweep(s, 1000), 0);
+    ck_assert_int_eq(set_size(s), 2);
+    expect(s, "far", "v");
+    store_destroy(s);
+}
+END_TEST
+
 START_TEST(test_no_resurrection)
 {
     fake_clock c = {T0};
@@ -1740,6 +1764,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_sweep_budget);
     tcase_add_test(tc, test_table_growth);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_far_expiry_not_swept);
     suite_add_tcase(s, tc);
     return s;
 }
