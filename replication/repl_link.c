@@ -86,17 +86,27 @@ static void link_free(repl_link *l)
 }
 
 /*
- * Tells the owner once, then frees l, or marks it for freeing when one of
- * its callbacks is still on the stack.
+ * Marks l dead and tells the owner, once. A callback of l's own (busy > 0)
+ * ends l with this; link_leave frees it on the way out.
  */
-static void link_end(repl_link *l, int why)
+static void link_kill(repl_link *l, int why)
 {
     if (l->dead)
         return;
     l->dead = true;
     bufferevent_disable(l->bev, EV_READ | EV_WRITE);
     l->ops->closed(l->arg, l, why);
-    if (l->busy == 0)
+}
+
+/*
+ * Tells the owner once, then frees l, or leaves the freeing to link_leave
+ * when one of its callbacks is still on the stack.
+ */
+static void link_end(repl_link *l, int why)
+{
+    bool was_dead = l->dead;
+    link_kill(l, why);
+    if (!was_dead && l->busy == 0)
         link_free(l);
 }
 
@@ -370,7 +380,7 @@ static void on_write(struct bufferevent *bev, void *arg)
     l->busy++;
     if (l->closing) {
         if (evbuffer_get_length(out) == 0)
-            link_end(l, REPL_LINK_CLOSED_SELF);
+            link_kill(l, REPL_LINK_CLOSED_SELF);
         link_leave(l);
         return;
     }
@@ -402,9 +412,9 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         set_nodelay(bufferevent_getfd(bev));
         count(l->o.connects, 1);
         if (send_first_hello(l) != 0)
-            link_end(l, REPL_LINK_CLOSED_LOCAL);
+            link_kill(l, REPL_LINK_CLOSED_LOCAL);
     } else if (what & (BEV_EVENT_ERROR | BEV_EVENT_EOF | BEV_EVENT_TIMEOUT)) {
-        link_end(l, l->closing ? REPL_LINK_CLOSED_SELF : REPL_LINK_CLOSED_NET);
+        link_kill(l, l->closing ? REPL_LINK_CLOSED_SELF : REPL_LINK_CLOSED_NET);
     }
     link_leave(l);
 }
