@@ -5,16 +5,21 @@ results table.
     benchtable.py wait PORT SECONDS  exit 0 once PORT answers `version`
     benchtable.py table INDEX        print the table of a run
 
-INDEX has one line per client run: workload, server name, tool
-(memtier or memaslap) and the file holding that run's output, separated
-by tabs. memtier runs are read from their JSON file; memaslap runs from
-its text output, whose latencies come as a log2 histogram, so their
-percentiles are bucket bounds (printed with a `~`).
+INDEX has one line per client run, fields separated by tabs: workload,
+server name, tool (memtier or memaslap), the file holding that run's
+output, the clock ticks the server used during the run, the ticks per
+second, and "before after cores": the busy ticks of the client's cores
+before and after the run and how many cores those are ("- - N" when the
+client was not pinned). memtier runs are
+read from their JSON file; memaslap runs from its text output, whose
+latencies come as a log2 histogram, so their percentiles are bucket bounds
+(printed with a `~`).
 """
 
 import json
 import math
 import socket
+import statistics
 import sys
 import time
 
@@ -51,12 +56,15 @@ def wait_ready(port, timeout):
 
 
 def parse_memtier(path):
-    """(ops/s, p50 ms, p99 ms, approximate?) of a memtier JSON file."""
+    """(ops/s, p50 ms, p99 ms, approximate?, requests, seconds) of a
+    memtier JSON file."""
     with open(path) as f:
-        totals = json.load(f)["ALL STATS"]["Totals"]
+        stats = json.load(f)["ALL STATS"]
+    totals = stats["Totals"]
     pct = totals.get("Percentile Latencies", {})
+    ms = stats.get("Runtime", {}).get("Total duration")
     return (float(totals["Ops/sec"]), pct.get("p50.00"), pct.get("p99.00"),
-            False)
+            False, totals.get("Count"), ms / 1000.0 if ms else None)
 
 
 def log2_percentile(buckets, q):
@@ -80,12 +88,17 @@ def parse_memaslap(path):
     with open(path, errors="replace") as f:
         lines = f.read().splitlines()
     ops = None
+    count = None
+    secs = None
     buckets = {}
     in_total = in_dist = False
     for line in lines:
         s = line.strip()
         if s.startswith("Run time:") and "TPS:" in s:
             ops = float(s.split("TPS:")[1].split()[0])
+            if "Ops:" in s:
+                count = int(s.split("Ops:")[1].split()[0])
+            secs = float(s.split("Run time:")[1].split()[0].rstrip("s"))
         if s.startswith("Total Statistics ("):
             in_total, in_dist = True, False
             continue
@@ -104,7 +117,7 @@ def parse_memaslap(path):
     p50 = log2_percentile(buckets, 0.50)
     p99 = log2_percentile(buckets, 0.99)
     return (ops, p50 / 1000.0 if p50 else None,
-            p99 / 1000.0 if p99 else None, True)
+            p99 / 1000.0 if p99 else None, True, count, secs)
 
 
 def fmt_ms(v, approx):
@@ -113,41 +126,85 @@ def fmt_ms(v, approx):
     return ("~" if approx else "") + ("%.3f" % v)
 
 
-def table(index_path, out=sys.stdout):
-    """Prints one row per workload: each server's ops/s, p50 and p99 and
-    the ribltcached/memcached ratio of ops/s. A run whose output cannot
-    be read shows `failed`. Returns the number of such runs."""
+def read_index(index_path):
+    """Workloads in order of appearance, and for each workload and server
+    the list of its runs as dicts (None for a run that cannot be read);
+    the second value is the number of such runs."""
     order = []
-    results = {}
+    runs = {}
     failed = 0
     with open(index_path) as f:
         for line in f:
             parts = line.rstrip("\n").split("\t")
-            if len(parts) != 4:
+            if len(parts) != 7:
                 continue
-            workload, server, tool, path = parts
-            if workload not in results:
+            workload, server, tool, path, ticks, hz, cores = parts
+            if workload not in runs:
                 order.append(workload)
-                results[workload] = {}
+                runs[workload] = {}
             try:
                 parse = parse_memtier if tool == "memtier" else parse_memaslap
-                results[workload][server] = parse(path)
+                ops, p50, p99, approx, count, secs = parse(path)
             except (OSError, ValueError, KeyError, TypeError):
-                results[workload][server] = None
+                runs[workload].setdefault(server, []).append(None)
                 failed += 1
-    header = ("workload", "ribltcached ops/s", "p50 ms", "p99 ms",
-              "memcached ops/s", "p50 ms", "p99 ms", "ratio")
+                continue
+            run = {"ops": ops, "p50": p50, "p99": p99, "approx": approx,
+                   "us_per_req": None, "client_busy": None}
+            if count and int(hz) > 0:
+                run["us_per_req"] = int(ticks) / int(hz) * 1e6 / count
+            c = cores.split()
+            if (len(c) == 3 and "-" not in c and secs and int(c[2]) > 0
+                    and int(hz) > 0):
+                busy = (int(c[1]) - int(c[0])) / int(hz)
+                # Start-up and shutdown fall in the window too: cap at 1.
+                run["client_busy"] = min(1.0, busy / (secs * int(c[2])))
+            runs[workload].setdefault(server, []).append(run)
+    return order, runs, failed
+
+
+def median_of(runs, key):
+    vals = [r[key] for r in runs if r is not None and r[key] is not None]
+    return statistics.median(vals) if vals else None
+
+
+def table(index_path, out=sys.stdout):
+    """Prints one row per workload: each server's median ops/s, p50, p99
+    and server CPU microseconds per request over its runs, the ratio of
+    the median ops/s (ribltcached / memcached), the lowest and highest
+    ratio of a run to the memcached run next to it, and how busy the
+    client's cores were (median over all runs of the workload). A server
+    with no readable run shows `failed`. Returns the number of runs that
+    could not be read."""
+    order, runs, failed = read_index(index_path)
+    header = ("workload", "ribltcached ops/s", "p50 ms", "p99 ms", "us/req",
+              "memcached ops/s", "p50 ms", "p99 ms", "us/req", "ratio",
+              "run ratios", "client busy")
     rows = []
     for w in order:
         row = [w]
         for server in ("ribltcached", "memcached"):
-            r = results[w].get(server)
-            if r is None:
-                row += ["failed", "-", "-"]
-            else:
-                row += ["%.0f" % r[0], fmt_ms(r[1], r[3]), fmt_ms(r[2], r[3])]
-        a, b = results[w].get("ribltcached"), results[w].get("memcached")
-        row.append("%.2f" % (a[0] / b[0]) if a and b and b[0] > 0 else "-")
+            rs = [r for r in runs[w].get(server, []) if r is not None]
+            if not rs:
+                row += ["failed", "-", "-", "-"]
+                continue
+            approx = any(r["approx"] for r in rs)
+            us = median_of(rs, "us_per_req")
+            row += ["%.0f" % median_of(rs, "ops"),
+                    fmt_ms(median_of(rs, "p50"), approx),
+                    fmt_ms(median_of(rs, "p99"), approx),
+                    "%.1f" % us if us is not None else "-"]
+        a = median_of(runs[w].get("ribltcached", []), "ops")
+        b = median_of(runs[w].get("memcached", []), "ops")
+        row.append("%.2f" % (a / b) if a and b else "-")
+        pairs = [x["ops"] / y["ops"] for x, y in
+                 zip(runs[w].get("ribltcached", []),
+                     runs[w].get("memcached", []))
+                 if x is not None and y is not None and y["ops"] > 0]
+        row.append("%.2f-%.2f" % (min(pairs), max(pairs)) if pairs else "-")
+        busy = median_of([r for rs in runs[w].values() for r in rs
+                          if r is not None], "client_busy")
+        row.append("%.0f%%" % (100 * busy) if busy is not None else "-")
         rows.append(row)
     widths = [max(len(str(r[i])) for r in rows + [header])
               for i in range(len(header))]
@@ -160,7 +217,7 @@ def table(index_path, out=sys.stdout):
     emit(["-" * w for w in widths])
     for r in rows:
         emit(r)
-    ratios = [float(r[-1]) for r in rows if r[-1] != "-"]
+    ratios = [float(r[9]) for r in rows if r[9] != "-"]
     if ratios:
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         out.write("geometric mean of the ratios: %.2f\n" % geo)
