@@ -414,7 +414,8 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         if (send_first_hello(l) != 0)
             link_kill(l, REPL_LINK_CLOSED_LOCAL);
     } else if (what & (BEV_EVENT_ERROR | BEV_EVENT_EOF | BEV_EVENT_TIMEOUT)) {
-        link_kill(l, l->closing ? REPL_LINK_CLOSED_SELF : REPL_LINK_CLOSED_NET);
+        link_kill(l,
+                  l->closing ? REPL_LINK_CLOSED_SELF : REPL_LINK_CLOSED_NET);
     }
     link_leave(l);
 }

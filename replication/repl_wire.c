@@ -222,7 +222,8 @@ long repl_wire_put_mutation(uint8_t *out, size_t cap, const store_mutation *m)
     riblt_id_to_bytes(&m->id, out);
     repl_wire_put_u64(out + 16, m->version.ticks);
     repl_wire_put_u32(out + 24, m->version.node);
-    out[28] = m->kind;
+    /* The marks ride in the kind byte's bits 4-5 (see repl_wire.h). */
+    out[28] = (uint8_t)(m->kind | (m->marks & STORE_MARKS_ALL) << 4);
     repl_wire_put_u32(out + 29, m->flags);
     repl_wire_put_u64(out + 33, (uint64_t)m->exptime);
     repl_wire_put_u64(out + 41, m->flush_at);
@@ -246,14 +247,16 @@ long repl_wire_get_mutation(const uint8_t *buf, size_t len, size_t max_value,
     riblt_id_from_bytes(&m->id, buf);
     m->version.ticks = repl_wire_get_u64(buf + 16);
     m->version.node = repl_wire_get_u32(buf + 24);
-    m->kind = buf[28];
+    m->kind = buf[28] & 0x0f;
+    m->marks = buf[28] >> 4;
     m->flags = repl_wire_get_u32(buf + 29);
     m->exptime = (int64_t)repl_wire_get_u64(buf + 33);
     m->flush_at = repl_wire_get_u64(buf + 41);
     m->cas = repl_wire_get_u64(buf + 49);
     m->nkey = (size_t)buf[57] | (size_t)buf[58] << 8;
     m->nvalue = repl_wire_get_u32(buf + 59);
-    if (m->kind > STORE_KIND_FLUSH)
+    if (m->kind > STORE_KIND_FLUSH || (m->marks & ~STORE_MARKS_ALL) != 0 ||
+        (m->marks != 0 && m->kind != STORE_KIND_VALUE))
         return REPL_WIRE_ERR_FORMAT;
     if (m->kind == STORE_KIND_FLUSH ? m->nkey != 0
                                     : (m->nkey == 0 || m->nkey > 250))

@@ -16,19 +16,20 @@
  *   - the request loop, which consumes every complete request of `in`.
  *
  * Meta flags supported:
- *   mg  b c f h k l O q s t u v T N (N vivifies an empty item on a miss;
- *       the vivifying request gets the W response flag)
- *   ms  b c k O q C E F T M(E A P R S)
- *   md  b k O q C (T and E are accepted and ignored: they only matter with I)
+ *   mg  b c f h k l O q s t u v T N R (N vivifies an empty item on a miss;
+ *       response flags W, X, Z: see put_win_flags)
+ *   ms  b c k O q C E F I T M(E A P R S) (I with C: a cas that does not
+ *       match stores the value anyway, marked stale)
+ *   md  b k O q C E I T x (I marks the value stale with a new cas instead
+ *       of deleting it, x empties it; T sets the expiry with I or x)
  *   ma  b c k O q t v C E N J D T M(I + D -)
  *   me  b
- * P and L (proxy hints) are accepted and ignored, like memcached does.
- * E (explicit new cas) is kept by ms and ma: the cas travels with the
- * mutation, so every node reports it. Not supported, and answered with
- * "CLIENT_ERROR invalid flag" (or the command's fixed flag error): the
- * stale-while-revalidate set R (recache win) and I (invalidate / mark
- * stale), and E on mg. The store keeps neither a stale mark nor a "win
- * token sent" mark per item, so the Z and X response flags are never sent.
+ * P and L (proxy hints) are accepted and ignored, like memcached does;
+ * so is every known flag on a command it does not apply to.
+ * E (explicit new cas) is kept by ms, md and ma: the cas travels with the
+ * mutation, so every node reports it. E on mg is answered with
+ * "CLIENT_ERROR invalid flag". The stale and won marks are part of the
+ * value's mutation (store.h, STORE_MARK_*), so they replicate with it.
  *
  * Deliberate differences from memcached (all on bad input):
  *   - keys with control characters (bytes < 0x21 or 0x7f) are refused
@@ -1126,8 +1127,9 @@ typedef struct pt_meta {
     size_t nkey;
     bool bin; /* key was base64 */
     bool q, v;
-    bool has_T, has_N, has_C;
-    int64_t T, N;
+    bool has_T, has_N, has_C, has_R;
+    bool I, x; /* invalidate (ms, md), remove the value (md) */
+    int64_t T, N, R;
     uint64_t C, D, J;
     uint64_t E; /* explicit new cas (ms, ma); 0 = none */
     uint32_t F;
@@ -1173,6 +1175,7 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
             break;
         }
         case 'N':
+        case 'R':
         case 'T': {
             int64_t v;
             if (!parse_i64(t->s + 1, t->n - 1, &v)) {
@@ -1181,12 +1184,21 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
             } else if (c == 'N') {
                 m->has_N = true;
                 m->N = v;
+            } else if (c == 'R') {
+                m->has_R = true;
+                m->R = v;
             } else {
                 m->has_T = true;
                 m->T = v;
             }
             break;
         }
+        case 'I':
+            m->I = true;
+            break;
+        case 'x':
+            m->x = true;
+            break;
         case 'O':
             m->opaque = t;
             break;
@@ -1248,7 +1260,7 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
                 bad = true;
             }
             break;
-        default: /* unknown, or R/I (stale-while-revalidate, not kept) */
+        default:
             *err = "CLIENT_ERROR invalid flag";
             return -1;
         }
@@ -1324,13 +1336,47 @@ static bool meta_head(pt_req *r, bool mg)
     return true;
 }
 
+/*
+ * The stale-while-revalidate response flags of a hit, in memcached's order:
+ * Z when another client holds the right to recache the item, X when it is
+ * stale, W when this request wins that right -- it created the item (N),
+ * or the item is stale, or it expires within R seconds, and nobody holds
+ * the right yet. Winning writes the item's STORE_MARK_WON (store_take_win),
+ * so that every node answers Z from then on.
+ */
+static char *put_win_flags(char *p, pt_req *r, const pt_meta *m,
+                           const store_item *it, bool created)
+{
+    store *s = r->ctx->store;
+    uint8_t marks = store_item_marks(it);
+    bool want = false;
+    if (created)
+        return PUT_LIT(p, " W"); /* the vivifying write carried the mark */
+    if (marks & STORE_MARK_WON)
+        p = PUT_LIT(p, " Z");
+    if (marks & STORE_MARK_STALE) {
+        p = PUT_LIT(p, " X");
+        want = true;
+    }
+    if (m->has_R) {
+        int64_t exp = store_item_exptime(it);
+        int64_t before = store_exptime_abs(s, m->R);
+        if (exp != 0 && exp < before)
+            want = true;
+    }
+    if (want && (marks & STORE_MARK_WON) == 0 &&
+        store_take_win(s, it) == STORE_STORED)
+        p = PUT_LIT(p, " W");
+    return p;
+}
+
 /* mg <key> <flags>* */
 static int cmd_mg(pt_req *r)
 {
     pt_meta m;
     const char *err = NULL;
     store *s = r->ctx->store;
-    bool won = false;
+    bool created = false;
 
     if (!meta_head(r, true))
         return 0;
@@ -1364,8 +1410,9 @@ static int cmd_mg(pt_req *r)
                          .nkey = m.nkey,
                          .value = "",
                          .nvalue = 0,
-                         .exptime = store_exptime_abs(s, m.N)};
-        won = store_write_item(s, &w, NULL) == STORE_STORED;
+                         .exptime = store_exptime_abs(s, m.N),
+                         .marks = STORE_MARK_WON};
+        created = store_write_item(s, &w, NULL) == STORE_STORED;
         it = store_get(s, m.key, m.nkey);
     }
     if (m.has_T)
@@ -1437,8 +1484,7 @@ static int cmd_mg(pt_req *r)
             break;
         }
     }
-    if (won)
-        p = PUT_LIT(p, " W");
+    p = put_win_flags(p, r, &m, it, created);
     p = PUT_LIT(p, "\r\n");
     out_commit(r->o, p);
     if (m.v)
@@ -1537,6 +1583,7 @@ static int cmd_ms(pt_req *r)
         .exptime = m.has_T ? store_exptime_abs(r->ctx->store, m.T) : 0,
         .cas = cas,
         .new_cas = m.E,
+        .invalidate = m.I && mode == STORE_CAS,
     };
     int rc = do_write(r, &w, &cas_out);
     if (mode == STORE_CAS)
@@ -1613,10 +1660,26 @@ static int cmd_md(pt_req *r)
             return relay(r, t, nt, 0, relay_kind(m.q));
     }
     STAT(r, cmd_meta);
-    int rc = store_delete(r->ctx->store, m.key, m.nkey, m.has_C ? m.C : 0);
+    store_delete_req d = {
+        .key = m.key,
+        .nkey = m.nkey,
+        .cas = m.has_C ? m.C : 0,
+        .invalidate = m.I,
+        .clear_value = m.x,
+        .set_ttl = m.has_T && (m.I || m.x),
+        .exptime = m.has_T ? store_exptime_abs(r->ctx->store, m.T) : 0,
+        .new_cas = m.E,
+    };
+    int rc = store_delete_ex(r->ctx->store, &d);
+    if (rc < 0) {
+        r->noreply = false;
+        reply_store_rc(r, rc);
+        return 0;
+    }
     char *p = out_reserve(r->o, PT_LINE_MAX);
     if (rc == STORE_DELETED) {
-        STAT(r, delete_hits);
+        if (!m.I) /* as memcached: marking stale is not a delete */
+            STAT(r, delete_hits);
         if (m.q)
             return 0;
         p = PUT_LIT(p, "HD");

@@ -201,6 +201,7 @@ struct store_item {
     uint32_t flags;
     uint16_t part; /* partition (0 when unpartitioned); next to the id, which
                       every journal walk and set change reads anyway */
+    uint8_t marks; /* STORE_MARK_* (values only); part of the mutation */
     riblt_id id;
     /* One slot keeps the header at two cache lines: a FLUSH has no cas. */
     union {
@@ -674,6 +675,11 @@ uint8_t store_item_kind(const store_item *it)
     return it->kind;
 }
 
+uint8_t store_item_marks(const store_item *it)
+{
+    return it->marks;
+}
+
 /*
  * Seconds between the access before the most recent read (store_get or
  * store_gat) of this item and now: what meta 'l' reports to the reader that
@@ -701,6 +707,7 @@ void store_item_mutation(const store_item *it, store_mutation *out)
     out->id = it->id;
     out->version = item_version(it);
     out->kind = it->kind;
+    out->marks = it->marks;
     out->flags = it->flags;
     out->exptime = it->exptime;
     if (it->kind == STORE_KIND_FLUSH)
@@ -1461,6 +1468,7 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
         if (w->nvalue)
             memcpy(item_value_ptr(it), w->value, w->nvalue);
         it->flags = w->flags;
+        it->marks = w->marks & STORE_MARKS_ALL;
     }
 
     sp = stripe_of(s, h);
@@ -1472,9 +1480,12 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
         cur = NULL;
 
     rc = STORE_STORED;
+    bool stale = false;
     if (cas_mode) {
         if (cur == NULL)
             rc = STORE_NOT_FOUND;
+        else if (cur->cas != w->cas && w->invalidate)
+            stale = true; /* cas uniques are random: any other cas is older */
         else if (cur->cas != w->cas)
             rc = STORE_EXISTS;
     } else if (w->mode == STORE_ADD) {
@@ -1518,6 +1529,12 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
         }
         it->flags = cur->flags;
         it->exptime = cur->exptime;
+    } else if (stale) {
+        /* A recache that lost to an invalidation: stored, but still stale,
+         * living no longer than the invalidated value. */
+        it->exptime = cur->exptime;
+        it->marks =
+            (uint8_t)(STORE_MARK_STALE | (cur->marks & STORE_MARK_WON));
     } else {
         it->exptime = stored_exptime(w->exptime, &t);
     }
@@ -1569,6 +1586,34 @@ store_item *store_get(store *s, const char *key, size_t nkey)
 }
 
 /*
+ * A new unlinked item for cur's key with cur's flags, expiry and marks, and
+ * its value (or an empty one), that inherits the key's access history (as
+ * a read when is_read). The caller holds the stripe lock and adjusts it
+ * before commit_local. NULL when out of memory.
+ */
+static store_item *item_derive(store *s, const store_item *cur,
+                               bool keep_value, bool is_read, const tnow *t)
+{
+    size_t nvalue = keep_value ? cur->nvalue : 0;
+    store_item *it = item_new(s, STORE_KIND_VALUE, cur->data, cur->nkey,
+                              cur->khash, nvalue);
+    if (it == NULL)
+        return NULL;
+    if (nvalue)
+        memcpy(item_value_ptr(it), cur->data + cur->nkey, nvalue);
+    it->flags = cur->flags;
+    it->exptime = cur->exptime;
+    it->marks = cur->marks;
+    uint8_t fetched = atomic_load_explicit(&cur->fbits, RELAXED) & FETCHED;
+    uint32_t atime = atomic_load_explicit(&cur->atime, RELAXED);
+    atomic_init(&it->fbits,
+                (uint8_t)(is_read ? FETCHED | (fetched << 1) : fetched));
+    atomic_init(&it->prev_atime, atime);
+    atomic_init(&it->atime, (uint32_t)t->s);
+    return it;
+}
+
+/*
  * Replaces a live key by a copy with a new expiry (touch and gat). Returns
  * the new item with a reference for the caller when want_item, NULL when
  * the key is not live (*rc = STORE_NOT_FOUND) or on error (*rc < 0).
@@ -1594,22 +1639,13 @@ static store_item *retouch(store *s, const char *key, size_t nkey,
         *rc = STORE_NOT_FOUND;
         return NULL;
     }
-    it = item_new(s, STORE_KIND_VALUE, key, nkey, h, cur->nvalue);
+    it = item_derive(s, cur, true, is_read, &t);
     if (it == NULL) {
         pthread_mutex_unlock(&sp->lock);
         *rc = STORE_ERR_NOMEM;
         return NULL;
     }
-    memcpy(item_value_ptr(it), cur->data + cur->nkey, cur->nvalue);
-    it->flags = cur->flags;
     it->exptime = stored_exptime(exptime, &t);
-    /* The new mutation inherits the key's access history. */
-    uint8_t fetched = atomic_load_explicit(&cur->fbits, RELAXED) & FETCHED;
-    uint32_t atime = atomic_load_explicit(&cur->atime, RELAXED);
-    atomic_init(&it->fbits,
-                (uint8_t)(is_read ? FETCHED | (fetched << 1) : fetched));
-    atomic_init(&it->prev_atime, atime);
-    atomic_init(&it->atime, (uint32_t)t.s);
     int r = commit_local(s, sp, it, &t, cur->cas, &note, NULL);
     if (r == APPLY_STALE) {
         *rc = STORE_NOT_FOUND;
@@ -1673,6 +1709,86 @@ int store_delete(store *s, const char *key, size_t nkey, uint64_t cas)
         rc = STORE_NOT_FOUND;
     pthread_mutex_unlock(&sp->lock);
     notify(s, note, true);
+    return rc;
+}
+
+int store_delete_ex(store *s, const store_delete_req *r)
+{
+    store_item *cur, *it = NULL, *note = NULL;
+    struct stripe *sp;
+    uint64_t h, keep_cas;
+    int rc;
+    tnow t;
+
+    if (s == NULL || r == NULL || !key_ok(r->key, r->nkey))
+        return STORE_ERR_INVAL;
+    if (!r->invalidate && !r->clear_value)
+        return store_delete(s, r->key, r->nkey, r->cas);
+    h = key_hash(s->seed, r->key, r->nkey);
+    sp = stripe_of(s, h);
+    pthread_mutex_lock(&sp->lock);
+    tnow_get(s, &t);
+    cur = *stripe_slot(sp, h, r->key, r->nkey);
+    if (cur == NULL || !item_live(s, cur, &t))
+        rc = STORE_NOT_FOUND;
+    else if (r->cas != 0 && cur->cas != r->cas)
+        rc = STORE_EXISTS;
+    else if ((it = item_derive(s, cur, !r->clear_value, false, &t)) == NULL)
+        rc = STORE_ERR_NOMEM;
+    else
+        rc = STORE_DELETED;
+    if (rc != STORE_DELETED) {
+        pthread_mutex_unlock(&sp->lock);
+        return rc;
+    }
+    keep_cas = r->new_cas != 0 ? r->new_cas : cur->cas;
+    if (r->clear_value) {
+        it->flags = 0;
+        it->exptime = 0;
+        it->marks = 0;
+    }
+    if (r->set_ttl)
+        it->exptime = stored_exptime(r->exptime, &t);
+    if (r->invalidate) {
+        it->marks = STORE_MARK_STALE; /* and the next reader may win */
+        keep_cas = r->new_cas;        /* 0: a fresh one */
+    }
+    if (commit_local(s, sp, it, &t, keep_cas, &note, NULL) == APPLY_STALE)
+        rc = STORE_NOT_FOUND;
+    pthread_mutex_unlock(&sp->lock);
+    notify(s, note, true);
+    trim(s);
+    return rc;
+}
+
+int store_take_win(store *s, const store_item *seen)
+{
+    store_item *cur, *it, *note = NULL;
+    struct stripe *sp;
+    int rc = STORE_NOT_STORED;
+    tnow t;
+
+    if (s == NULL || seen == NULL || seen->kind != STORE_KIND_VALUE)
+        return STORE_ERR_INVAL;
+    sp = stripe_of(s, seen->khash);
+    pthread_mutex_lock(&sp->lock);
+    tnow_get(s, &t);
+    cur = *stripe_slot(sp, seen->khash, seen->data, seen->nkey);
+    if (cur == seen && item_live(s, cur, &t) &&
+        (cur->marks & STORE_MARK_WON) == 0) {
+        it = item_derive(s, cur, true, false, &t);
+        if (it == NULL) {
+            rc = STORE_ERR_NOMEM;
+        } else {
+            it->marks |= STORE_MARK_WON;
+            if (commit_local(s, sp, it, &t, cur->cas, &note, NULL) !=
+                APPLY_STALE)
+                rc = STORE_STORED;
+        }
+    }
+    pthread_mutex_unlock(&sp->lock);
+    notify(s, note, true);
+    trim(s);
     return rc;
 }
 
@@ -1852,6 +1968,9 @@ static bool mutation_ok(const store_mutation *m)
         return false;
     if (m->nvalue > UINT32_MAX)
         return false;
+    if (m->marks != 0 &&
+        (m->kind != STORE_KIND_VALUE || (m->marks & ~STORE_MARKS_ALL) != 0))
+        return false;
     switch (m->kind) {
     case STORE_KIND_VALUE:
         return key_ok(m->key, m->nkey) && m->cas != 0;
@@ -1910,6 +2029,7 @@ int store_apply(store *s, const store_mutation *m)
     it->node = m->version.node;
     it->flags = m->kind == STORE_KIND_FLUSH ? 0 : m->flags;
     it->exptime = m->kind == STORE_KIND_FLUSH ? 0 : m->exptime;
+    it->marks = m->marks;
     /* The cas comes with the mutation: the same on every node. */
     if (m->kind == STORE_KIND_FLUSH)
         it->flush_at = m->flush_at;

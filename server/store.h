@@ -75,6 +75,16 @@ enum store_kind {
 };
 
 /*
+ * Marks a value carries for meta's stale-while-revalidate, as part of its
+ * mutation (so they replicate with it). Only STORE_KIND_VALUE has marks.
+ */
+#define STORE_MARK_STALE 0x1u /* invalidated (md I, ms I): mg answers X */
+#define STORE_MARK_WON                                                        \
+    0x2u /* a client was given the right to recache it                        \
+            (mg answered W): mg answers Z */
+#define STORE_MARKS_ALL (STORE_MARK_STALE | STORE_MARK_WON)
+
+/*
  * A mutation as it travels between nodes (and as store_apply takes it).
  * Pointers are borrowed for the call only; the store copies what it keeps.
  */
@@ -82,6 +92,7 @@ typedef struct store_mutation {
     riblt_id id;
     store_version version;
     uint8_t kind;      /* enum store_kind */
+    uint8_t marks;     /* STORE_MARK_* (STORE_KIND_VALUE only) */
     uint32_t flags;    /* client flags (TOMBSTONE: see store_kind) */
     int64_t exptime;   /* absolute unix seconds; 0 = never (TOMBSTONE:
                           see store_kind) */
@@ -166,6 +177,7 @@ uint32_t store_item_flags(const store_item *it);
 int64_t store_item_exptime(const store_item *it); /* absolute, 0 = never */
 uint64_t store_item_cas(const store_item *it);    /* the mutation's cas */
 uint8_t store_item_kind(const store_item *it);
+uint8_t store_item_marks(const store_item *it); /* STORE_MARK_* */
 /*
  * The state before the most recent read (store_get, store_gat) of the item
  * on this node, which is what meta 'l' and 'h' report to the reader that
@@ -206,13 +218,19 @@ typedef struct store_write {
     uint64_t cas;     /* STORE_CAS: expected cas; other modes: if non-zero,
                          the write also requires this cas (binary/meta) */
     uint64_t new_cas; /* the stored item's cas (meta E); 0 = a fresh one */
+    uint8_t marks;    /* STORE_MARK_* of the stored item (meta N vivify:
+                         STORE_MARK_WON); append/prepend ignore it */
+    bool invalidate;  /* meta ms I, with a cas (STORE_CAS): a cas that does
+                         not match stores anyway, marked STORE_MARK_STALE,
+                         keeping the item's expiry and STORE_MARK_WON */
 } store_write;
 
 /*
  * Performs a storage command atomically for the key and, when it stores,
  * creates a new mutation. Returns STORE_STORED, STORE_NOT_STORED,
  * STORE_EXISTS, STORE_NOT_FOUND, or an error. *cas_out (may be NULL) gets the
- * new item's cas.
+ * new item's cas. A stored value carries w->marks (the invalidate case
+ * aside): a write that replaces a value clears its marks.
  */
 int store_write_item(store *s, const store_write *w, uint64_t *cas_out);
 
@@ -253,6 +271,39 @@ int store_touch(store *s, const char *key, size_t nkey, int64_t exptime);
  * STORE_DELETED, STORE_NOT_FOUND, STORE_EXISTS.
  */
 int store_delete(store *s, const char *key, size_t nkey, uint64_t cas);
+
+/* A meta delete (md): a plain delete, or one that keeps the item. */
+typedef struct store_delete_req {
+    const char *key;
+    size_t nkey;
+    uint64_t cas;     /* non-zero: require this cas */
+    bool invalidate;  /* md I: keep the value, mark it STORE_MARK_STALE
+                         (clearing STORE_MARK_WON) with a new cas */
+    bool clear_value; /* md x: keep the item with an empty value, client
+                         flags 0 and no expiry (unless set_ttl) */
+    bool set_ttl;     /* md T (with I or x): the new expiry */
+    int64_t exptime;  /* absolute (store_exptime_abs); -1 = expired */
+    uint64_t new_cas; /* md E: the new cas (invalidate), or the cas kept by
+                         clear_value; 0 = fresh (invalidate), the item's
+                         own (clear_value alone) */
+} store_delete_req;
+
+/*
+ * store_delete, or with invalidate or clear_value a new mutation of the
+ * live key as described above. STORE_DELETED (done), STORE_NOT_FOUND,
+ * STORE_EXISTS, or an error.
+ */
+int store_delete_ex(store *s, const store_delete_req *r);
+
+/*
+ * Gives the caller the right to recache a key (meta W): when the key's
+ * current value is still `seen` (a reference from a read of this store)
+ * and carries no STORE_MARK_WON, replaces it by a new mutation with the
+ * same value, flags, expiry, cas and STORE_MARK_STALE, plus
+ * STORE_MARK_WON, and returns STORE_STORED. STORE_NOT_STORED when another
+ * caller has the mark or the key changed since `seen` was read.
+ */
+int store_take_win(store *s, const store_item *seen);
 
 typedef struct store_arith_req {
     const char *key;

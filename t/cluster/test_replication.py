@@ -148,6 +148,35 @@ class Replication(unittest.TestCase):
         # The old cas unique is stale everywhere now.
         self.assertFalse(c1.cas("caskey", b"v3", cas1, noreply=False))
 
+    def test_4b_stale_while_revalidate(self):
+        """md I on one node marks the value stale on every node; the first
+        reader to win (W) on any node leaves a mark that makes every node
+        answer Z; the winner's recache clears both everywhere."""
+        n1, n2, n3 = self.cl.nodes
+        self.assertEqual(n1.request(b"ms swr 2 T300\r\nv1\r\n"), b"HD\r\n")
+        self.everywhere(lambda c: c.get("swr") == b"v1", "swr")
+        self.assertEqual(n1.request(b"md swr I\r\n"), b"HD\r\n")
+        for n in (n2, n3):
+            self.assertTrue(wait_until(
+                lambda: b" X" in n.request(b"mg swr k\r\n"), WAIT),
+                "stale mark not replicated\n" + self.cl.logs())
+        # The mg calls above won on n2 or n3 (each answers W at most once);
+        # from now on every node answers Z X.
+        for i, n in enumerate(self.cl.nodes):
+            self.assertTrue(wait_until(
+                lambda: n.request(b"mg swr\r\n") == b"HD Z X\r\n", WAIT),
+                "won mark not on node %d: %r\n%s" % (
+                    i + 1, n.request(b"mg swr\r\n"), self.cl.logs()))
+        # The winner recaches with the current cas: clean everywhere.
+        reply = n3.request(b"mg swr c\r\n").split()
+        cas = [t for t in reply if t.startswith(b"c")][0][1:]
+        self.assertEqual(
+            n3.request(b"ms swr 2 T300 C" + cas + b"\r\nv2\r\n"), b"HD\r\n")
+        self.everywhere(lambda c: c.get("swr") == b"v2", "recache")
+        for i, n in enumerate(self.cl.nodes):
+            self.assertEqual(n.request(b"mg swr\r\n"), b"HD\r\n",
+                             "marks left on node %d" % (i + 1))
+
     def test_5_self_entry_in_shared_peer_list(self):
         # Every node finds its own address in the shared list and stops
         # dialing it (replication/README.md: marked `self`).

@@ -91,7 +91,9 @@ START_TEST(test_mg_touch_and_vivify)
     ck_assert_uint_eq(sth.touch_misses, 1);
     /* N: a miss creates an empty item and wins (W) the right to fill it */
     EXPECT("mg v N30 s t v\r\n", "VA 0 s0 t30 W\r\n\r\n");
-    EXPECT("mg v N30 s t\r\n", "HD s0 t30\r\n");
+    /* later readers see that another client is filling it (Z) */
+    EXPECT("mg v N30 s t\r\n", "HD s0 t30 Z\r\n");
+    EXPECT("mg v\r\n", "HD Z\r\n");
     EXPECT("mg w N0 q\r\n", "HD W\r\n");
     EXPECT("mg v Nx\r\n", "CLIENT_ERROR bad token in command line format\r\n");
     EXPECT("mg v T\r\n", "CLIENT_ERROR bad token in command line format\r\n");
@@ -102,9 +104,11 @@ START_TEST(test_mg_errors)
 {
     EXPECT("ms a 2\r\nhi\r\n", "HD\r\n");
     EXPECT("mg a Z\r\n", "CLIENT_ERROR invalid flag\r\n");
-    /* the stale-while-revalidate flags are not supported */
-    EXPECT("mg a R30\r\n", "CLIENT_ERROR invalid flag\r\n");
     EXPECT("mg a E5\r\n", "CLIENT_ERROR invalid flag\r\n");
+    EXPECT("mg a R\r\n", "CLIENT_ERROR bad token in command line format\r\n");
+    EXPECT("mg a Rx\r\n", "CLIENT_ERROR bad token in command line format\r\n");
+    /* I and x are md/ms flags: accepted and ignored by mg */
+    EXPECT("mg a I x\r\n", "HD\r\n");
     EXPECT("mg a v v\r\n", "CLIENT_ERROR duplicate flag\r\n");
     /* 32 bytes including the O itself is the longest opaque */
     EXPECT("mg a O12345678901234567890123456789012\r\n",
@@ -211,7 +215,8 @@ START_TEST(test_ms_errors)
     EXPECT("ms k 1 Fx\r\nx\r\nmn\r\n",
            "CLIENT_ERROR bad command line format\r\nMN\r\n");
     EXPECT("ms k 1 Z q\r\nx\r\nmn\r\n", "CLIENT_ERROR invalid flag\r\nMN\r\n");
-    EXPECT("ms k 1 I\r\nx\r\nmn\r\n", "CLIENT_ERROR invalid flag\r\nMN\r\n");
+    /* I without C: nothing to invalidate against, a plain set */
+    EXPECT("ms j 1 I\r\nx\r\nmn\r\n", "HD\r\nMN\r\n");
     EXPECT("ms k 1 c c\r\nx\r\nmn\r\n",
            "CLIENT_ERROR duplicate flag\r\nMN\r\n");
     EXPECT("ms k 1 O123456789012345678901234567890123\r\nx\r\nmn\r\n",
@@ -237,13 +242,14 @@ START_TEST(test_md)
     char req[64];
     snprintf(req, sizeof(req), "md zz C%" PRIu64 " T30\r\n", cas_of("zz"));
     expect_bytes(req, strlen(req), "HD\r\n", 4, __LINE__);
-    EXPECT("md zz I\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
+    EXPECT("md zz I\r\n", "NF\r\n");
+    EXPECT("md zz Z\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
     EXPECT("md zz Q\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
     EXPECT("md zz k k\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
     EXPECT("md zz s s s s s s s s s s s s s s s s s s s\r\n",
            "CLIENT_ERROR options flags too long\r\n");
     ck_assert_uint_eq(sth.delete_hits, 3);
-    ck_assert_uint_eq(sth.delete_misses, 4);
+    ck_assert_uint_eq(sth.delete_misses, 5);
 }
 END_TEST
 
@@ -272,6 +278,67 @@ START_TEST(test_ma)
            "HD\r\nVA 1\r\n0\r\n");
     EXPECT("mg n v\r\n", "VA 2\r\n10\r\n");
     ck_assert_uint_eq(sth.incr_misses, 2);
+}
+END_TEST
+
+/*
+ * Stale-while-revalidate: md I marks a value stale (new cas, T sets its
+ * ttl); the first mg wins the recache (W), later ones see Z; a recache
+ * with the cas read before the invalidation and I is stored but stays
+ * stale; one with the current cas is clean. R wins when the ttl left is
+ * below its token. md x empties a value and keeps the item.
+ */
+START_TEST(test_stale_while_revalidate)
+{
+    char req[128];
+    EXPECT("ms s 2 T100\r\nhi\r\n", "HD\r\n");
+    uint64_t c0 = cas_of("s");
+    EXPECT("mg s\r\n", "HD\r\n");
+    EXPECT("md s I T30 q\r\nmn\r\n", "MN\r\n");
+    ck_assert_uint_ne(cas_of("s"), c0);
+    uint64_t c1 = cas_of("s");
+    EXPECT("mg s t v\r\n", "VA 2 t30 X W\r\nhi\r\n");
+    EXPECT("mg s v\r\n", "VA 2 Z X\r\nhi\r\n");
+    EXPECT("mg s k\r\n", "HD ks Z X\r\n");
+    ck_assert_uint_eq(cas_of("s"), c1); /* winning keeps the cas */
+    /* the winner's recache raced the invalidation: stored, still stale */
+    snprintf(req, sizeof(req), "ms s 3 C%" PRIu64 " T500\r\nnew\r\n", c0);
+    expect_bytes(req, strlen(req), "EX\r\n", 4, __LINE__);
+    snprintf(req, sizeof(req), "ms s 3 C%" PRIu64 " I T500\r\nnew\r\n", c0);
+    expect_bytes(req, strlen(req), "HD\r\n", 4, __LINE__);
+    EXPECT("mg s t v\r\n", "VA 3 t30 Z X\r\nnew\r\n");
+    /* a recache with the current cas clears the marks */
+    snprintf(req, sizeof(req), "ms s 2 C%" PRIu64 " I T500\r\nok\r\n",
+             cas_of("s"));
+    expect_bytes(req, strlen(req), "HD\r\n", 4, __LINE__);
+    EXPECT("mg s t v\r\n", "VA 2 t500\r\nok\r\n");
+    EXPECT("md s I C1\r\n", "EX\r\n");
+    EXPECT("md s I E77 T0\r\nmg s c t\r\n", "HD\r\nHD c77 t-1 X W\r\n");
+
+    /* R: win once the ttl left is below the token; no expiry never wins */
+    EXPECT("ms r 1 T100\r\nx\r\n", "HD\r\n");
+    EXPECT("mg r R30 t\r\n", "HD t100\r\n");
+    clock_ns += 80ULL * 1000000000ULL;
+    EXPECT("mg r R30 t\r\n", "HD t20 W\r\n");
+    EXPECT("mg r R30 t\r\n", "HD t20 Z\r\n");
+    EXPECT("mg r t\r\n", "HD t20 Z\r\n");
+    EXPECT("ms r 1 T100\r\ny\r\nmg r R30\r\n", "HD\r\nHD\r\n");
+    EXPECT("ms n 1\r\nx\r\nmg n R30\r\n", "HD\r\nHD\r\n");
+    /* T and R together: R looks at the new ttl */
+    EXPECT("mg r T10 R30 t\r\n", "HD t10 W\r\n");
+
+    /* md x: the value goes, the item stays (flags 0, no ttl, same cas) */
+    EXPECT("ms x 5 F3 T100\r\nhello\r\n", "HD\r\n");
+    uint64_t cx = cas_of("x");
+    EXPECT("md x x\r\n", "HD\r\n");
+    snprintf(req, sizeof(req), "VA 0 f0 t-1 c%" PRIu64 "\r\n\r\n", cx);
+    char *got = run_n("mg x v f t c\r\n", 14, NULL);
+    ck_assert_str_eq(got, req);
+    free(got);
+    EXPECT("md x x I T10\r\nmg x s t\r\n", "HD\r\nHD s0 t10 X W\r\n");
+    EXPECT("md nothere x\r\n", "NF\r\n");
+    /* md I and x are not deletions */
+    ck_assert_uint_eq(sth.delete_hits, 1);
 }
 END_TEST
 
@@ -353,6 +420,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_mn_and_basic);
     tcase_add_test(tc, test_explicit_cas);
+    tcase_add_test(tc, test_stale_while_revalidate);
     tcase_add_test(tc, test_mg_flags_in_order);
     tcase_add_test(tc, test_mg_hit_and_access);
     tcase_add_test(tc, test_mg_quiet);

@@ -216,6 +216,26 @@ START_TEST(test_mutation_records)
     bad[57] = 251;
     ck_assert_int_eq(repl_wire_get_mutation(bad, sizeof(bad), 1024, &r),
                      REPL_WIRE_ERR_FORMAT);
+    /* A value's marks ride in bits 4-5 of the kind byte; other bits, or
+     * marks on a tombstone, are malformed. */
+    ck_assert_uint_eq(r.marks, 0);
+    m.marks = STORE_MARK_STALE | STORE_MARK_WON;
+    ck_assert_int_eq(repl_wire_put_mutation(buf, sizeof(buf), &m), n);
+    ck_assert_uint_eq(buf[28], STORE_KIND_VALUE | 0x30);
+    ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 1024, &r), n);
+    ck_assert_uint_eq(r.kind, STORE_KIND_VALUE);
+    ck_assert_uint_eq(r.marks, STORE_MARK_STALE | STORE_MARK_WON);
+    memcpy(bad, buf, (size_t)n);
+    bad[28] = STORE_KIND_VALUE | 0x40;
+    ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
+                     REPL_WIRE_ERR_FORMAT);
+    bad[28] = STORE_KIND_TOMBSTONE | 0x10;
+    bad[59] = bad[60] = 0; /* no value */
+    ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
+                     REPL_WIRE_ERR_FORMAT);
+    bad[28] = STORE_KIND_TOMBSTONE;
+    ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
+                     REPL_WIRE_MUT_FIXED + 7);
     /* A flush record has the empty key. */
     store_mutation fl = {.kind = STORE_KIND_FLUSH, .flush_at = 5};
     n = repl_wire_put_mutation(buf, sizeof(buf), &fl);

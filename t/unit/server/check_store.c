@@ -948,6 +948,142 @@ START_TEST(test_cas_same_on_peers)
 }
 END_TEST
 
+/* The value's marks for meta stale-while-revalidate (STORE_MARK_*). */
+static uint8_t marks_of(store *s, const char *k)
+{
+    store_item *it = store_get(s, k, strlen(k));
+    ck_assert_ptr_nonnull(it);
+    uint8_t m = store_item_marks(it);
+    store_item_release(it);
+    return m;
+}
+
+/*
+ * md I marks the value stale with a new cas; the first store_take_win
+ * gets the right to recache, a second does not, and the marks travel with
+ * the mutation to a peer; a recache with the old cas and invalidate stays
+ * stale; a plain write clears the marks; md x empties the value.
+ */
+START_TEST(test_stale_marks)
+{
+    fake_clock c = {T0};
+    store *a = mk(&c, 1, 0), *b = mk(&c, 2, 0);
+    recorder rec;
+
+    recorder_init(&rec);
+    store_set_listener(a, record, &rec);
+    ck_assert_int_eq(
+        wr(a, STORE_SET, "k", "v1", 5, store_exptime_abs(a, 100), 0, NULL),
+        STORE_STORED);
+    uint64_t c0 = cas_of(a, "k");
+    ck_assert_uint_eq(marks_of(a, "k"), 0);
+
+    store_delete_req d = {
+        .key = "k", .nkey = 1, .cas = c0 + 1, .invalidate = true};
+    ck_assert_int_eq(store_delete_ex(a, &d), STORE_EXISTS);
+    d.cas = c0;
+    d.set_ttl = true;
+    d.exptime = store_exptime_abs(a, 30);
+    ck_assert_int_eq(store_delete_ex(a, &d), STORE_DELETED);
+    expect(a, "k", "v1");
+    ck_assert_uint_eq(marks_of(a, "k"), STORE_MARK_STALE);
+    uint64_t c1 = cas_of(a, "k");
+    ck_assert_uint_ne(c1, c0);
+    store_item *it = store_get(a, "k", 1);
+    ck_assert_int_eq(store_item_exptime(it), (int64_t)(T0 / NS) + 30);
+    ck_assert_uint_eq(store_item_flags(it), 5);
+
+    /* One winner; the cas stays; a reference to an older value loses. */
+    ck_assert_int_eq(store_take_win(a, it), STORE_STORED);
+    ck_assert_int_eq(store_take_win(a, it), STORE_NOT_STORED);
+    store_item_release(it);
+    it = store_get(a, "k", 1);
+    ck_assert_int_eq(store_take_win(a, it), STORE_NOT_STORED);
+    store_item_release(it);
+    ck_assert_uint_eq(marks_of(a, "k"), STORE_MARK_STALE | STORE_MARK_WON);
+    ck_assert_uint_eq(cas_of(a, "k"), c1);
+
+    /* The marks replicate with the mutation. */
+    ck_assert_uint_ge(rec.n, 3);
+    store_mutation m;
+    store_item_mutation(rec.items[rec.n - 1], &m);
+    ck_assert_uint_eq(m.marks, STORE_MARK_STALE | STORE_MARK_WON);
+    ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    ck_assert_uint_eq(marks_of(b, "k"), STORE_MARK_STALE | STORE_MARK_WON);
+    ck_assert_uint_eq(cas_of(b, "k"), c1);
+
+    /* Marks only on values, only known bits. */
+    store_mutation bad = m;
+    bad.id.lo ^= 1;
+    bad.version.ticks += 1000;
+    bad.marks = 0x4;
+    ck_assert_int_eq(store_apply(b, &bad), STORE_ERR_INVAL);
+    bad.marks = STORE_MARK_STALE;
+    bad.kind = STORE_KIND_TOMBSTONE;
+    bad.nvalue = 0;
+    ck_assert_int_eq(store_apply(b, &bad), STORE_ERR_INVAL);
+
+    /* A recache with the cas read before the invalidation: stored, still
+     * stale, the invalidated expiry and the win kept. Without invalidate
+     * it is refused. */
+    store_write w = {.mode = STORE_CAS,
+                     .key = "k",
+                     .nkey = 1,
+                     .value = "v2",
+                     .nvalue = 2,
+                     .cas = c0,
+                     .exptime = store_exptime_abs(a, 500)};
+    ck_assert_int_eq(store_write_item(a, &w, NULL), STORE_EXISTS);
+    w.invalidate = true;
+    ck_assert_int_eq(store_write_item(a, &w, NULL), STORE_STORED);
+    expect(a, "k", "v2");
+    ck_assert_uint_eq(marks_of(a, "k"), STORE_MARK_STALE | STORE_MARK_WON);
+    it = store_get(a, "k", 1);
+    ck_assert_int_eq(store_item_exptime(it), (int64_t)(T0 / NS) + 30);
+    store_item_release(it);
+    /* With the right cas, invalidate changes nothing: a clean value. */
+    w.cas = cas_of(a, "k");
+    w.value = "v3";
+    ck_assert_int_eq(store_write_item(a, &w, NULL), STORE_STORED);
+    ck_assert_uint_eq(marks_of(a, "k"), 0);
+    /* touch keeps the marks, a write clears them. */
+    w.mode = STORE_SET;
+    w.cas = 0;
+    w.marks = STORE_MARK_WON;
+    w.invalidate = false;
+    ck_assert_int_eq(store_write_item(a, &w, NULL), STORE_STORED);
+    ck_assert_int_eq(store_touch(a, "k", 1, 0), STORE_OK);
+    ck_assert_uint_eq(marks_of(a, "k"), STORE_MARK_WON);
+    ck_assert_int_eq(set(a, "k", "v4"), STORE_STORED);
+    ck_assert_uint_eq(marks_of(a, "k"), 0);
+
+    /* md x: an empty value, flags 0, no expiry, the same cas. */
+    ck_assert_int_eq(
+        wr(a, STORE_SET, "x", "hello", 3, store_exptime_abs(a, 100), 0, NULL),
+        STORE_STORED);
+    uint64_t cx = cas_of(a, "x");
+    store_delete_req dx = {.key = "x", .nkey = 1, .clear_value = true};
+    ck_assert_int_eq(store_delete_ex(a, &dx), STORE_DELETED);
+    it = store_get(a, "x", 1);
+    ck_assert_ptr_nonnull(it);
+    size_t n = 9;
+    store_item_value(it, &n);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_uint_eq(store_item_flags(it), 0);
+    ck_assert_int_eq(store_item_exptime(it), 0);
+    ck_assert_uint_eq(store_item_cas(it), cx);
+    store_item_release(it);
+    /* missing key */
+    dx.key = "nope";
+    dx.nkey = 4;
+    ck_assert_int_eq(store_delete_ex(a, &dx), STORE_NOT_FOUND);
+
+    recorder_free(&rec);
+    store_destroy(a);
+    store_destroy(b);
+}
+END_TEST
+
 static uint64_t lcg(uint64_t *x)
 {
     *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -1765,6 +1901,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_table_growth);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_far_expiry_not_swept);
+    tcase_add_test(tc, test_stale_marks);
     suite_add_tcase(s, tc);
     return s;
 }
