@@ -566,26 +566,27 @@ static void get_one(pt_req *r, const pt_tok *k, bool with_cas, bool touch,
                     int64_t exptime)
 {
     store_item *it;
+    int why;
     if (touch) {
         STAT(r, cmd_touch);
-        it = store_gat(r->ctx->store, k->s, k->n, exptime);
+        it = store_gat_ex(r->ctx->store, k->s, k->n, exptime, &why);
         if (it)
             STAT(r, touch_hits);
         else
             STAT(r, touch_misses);
     } else {
-        int why;
         STAT(r, cmd_get);
         it = store_get_ex(r->ctx->store, k->s, k->n, &why);
         if (it)
             STAT(r, get_hits);
         else
             STAT(r, get_misses);
-        if (why == STORE_MISS_EXPIRED)
-            STAT(r, get_expired);
-        else if (why == STORE_MISS_FLUSHED)
-            STAT(r, get_flushed);
     }
+    /* as memcached: touching an expired or flushed item counts too */
+    if (why == STORE_MISS_EXPIRED)
+        STAT(r, get_expired);
+    else if (why == STORE_MISS_FLUSHED)
+        STAT(r, get_flushed);
     if (it)
         out_get_hit(r, it, with_cas);
 }
@@ -940,12 +941,17 @@ static int cmd_touch(pt_req *r)
     }
     STAT(r, cmd_touch);
     exptime = store_exptime_abs(r->ctx->store, exptime);
-    if (store_touch(r->ctx->store, r->t[1].s, r->t[1].n, exptime) ==
+    int why;
+    if (store_touch_ex(r->ctx->store, r->t[1].s, r->t[1].n, exptime, &why) ==
         STORE_OK) {
         STAT(r, touch_hits);
         REPLY(r, "TOUCHED");
     } else {
         STAT(r, touch_misses);
+        if (why == STORE_MISS_EXPIRED)
+            STAT(r, get_expired);
+        else if (why == STORE_MISS_FLUSHED)
+            STAT(r, get_flushed);
         REPLY(r, "NOT_FOUND");
     }
     return 0;
@@ -1396,7 +1402,7 @@ static int cmd_mg(pt_req *r)
     store_item *it;
     int why = 0;
     if (m.has_T)
-        it = store_gat(s, m.key, m.nkey, store_exptime_abs(s, m.T));
+        it = store_gat_ex(s, m.key, m.nkey, store_exptime_abs(s, m.T), &why);
     else
         it = store_get_ex(s, m.key, m.nkey, &why);
     if (why == STORE_MISS_EXPIRED)

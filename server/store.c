@@ -1619,7 +1619,7 @@ static store_item *item_derive(store *s, const store_item *cur,
  * the key is not live (*rc = STORE_NOT_FOUND) or on error (*rc < 0).
  */
 static store_item *retouch(store *s, const char *key, size_t nkey,
-                           int64_t exptime, bool is_read, int *rc)
+                           int64_t exptime, bool is_read, int *rc, int *why)
 {
     store_item *cur, *it, *note = NULL, *ret = NULL;
     struct stripe *sp;
@@ -1627,6 +1627,8 @@ static store_item *retouch(store *s, const char *key, size_t nkey,
     tnow t;
 
     *rc = STORE_ERR_INVAL;
+    if (why)
+        *why = 0;
     if (s == NULL || !key_ok(key, nkey))
         return NULL;
     h = key_hash(s->seed, key, nkey);
@@ -1635,6 +1637,10 @@ static store_item *retouch(store *s, const char *key, size_t nkey,
     tnow_get(s, &t);
     cur = *stripe_slot(sp, h, key, nkey);
     if (cur == NULL || !item_live(s, cur, &t)) {
+        /* A value that is there but not live: flushed or expired. */
+        if (why && cur != NULL && cur->kind == STORE_KIND_VALUE)
+            *why = item_flushed(s, cur, &t) ? STORE_MISS_FLUSHED
+                                            : STORE_MISS_EXPIRED;
         pthread_mutex_unlock(&sp->lock);
         *rc = STORE_NOT_FOUND;
         return NULL;
@@ -1664,14 +1670,26 @@ static store_item *retouch(store *s, const char *key, size_t nkey,
 
 store_item *store_gat(store *s, const char *key, size_t nkey, int64_t exptime)
 {
+    return store_gat_ex(s, key, nkey, exptime, NULL);
+}
+
+store_item *store_gat_ex(store *s, const char *key, size_t nkey,
+                         int64_t exptime, int *why)
+{
     int rc;
-    return retouch(s, key, nkey, exptime, true, &rc);
+    return retouch(s, key, nkey, exptime, true, &rc, why);
 }
 
 int store_touch(store *s, const char *key, size_t nkey, int64_t exptime)
 {
+    return store_touch_ex(s, key, nkey, exptime, NULL);
+}
+
+int store_touch_ex(store *s, const char *key, size_t nkey, int64_t exptime,
+                   int *why)
+{
     int rc;
-    retouch(s, key, nkey, exptime, false, &rc);
+    retouch(s, key, nkey, exptime, false, &rc, why);
     return rc;
 }
 

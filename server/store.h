@@ -260,11 +260,19 @@ store_item *store_get_ex(store *s, const char *key, size_t nkey, int *why);
  */
 store_item *store_gat(store *s, const char *key, size_t nkey, int64_t exptime);
 
+/* store_gat, and *why (may be NULL) tells a miss apart as store_get_ex. */
+store_item *store_gat_ex(store *s, const char *key, size_t nkey,
+                         int64_t exptime, int *why);
+
 /*
  * Sets a live key's expiry (new mutation, same value, flags and cas).
  * STORE_OK or STORE_NOT_FOUND.
  */
 int store_touch(store *s, const char *key, size_t nkey, int64_t exptime);
+
+/* store_touch, and *why (may be NULL) tells a miss apart as store_get_ex. */
+int store_touch_ex(store *s, const char *key, size_t nkey, int64_t exptime,
+                   int *why);
 
 /*
  * Deletes a live key by writing a tombstone. cas 0 = unconditional.

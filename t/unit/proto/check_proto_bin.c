@@ -812,6 +812,20 @@ START_TEST(test_touch_gat)
     ck_assert_int_ge(store_item_exptime(it), exp_lo);
     ck_assert_int_le(store_item_exptime(it), exp_hi);
     store_item_release(it);
+
+    /* A unix time in the past expires it; touching it then is a miss that
+     * counts in get_expired, as in memcached. */
+    ck_assert_uint_eq(counters.get_expired, 0);
+    uint64_t ct = cas_of("t"); /* touch keeps the cas */
+    req(&b, OP_TOUCH, be32(x, 1000000000u), 4, "t", NULL, 0);
+    req(&b, OP_TOUCH, be32(x, 100), 4, "t", NULL, 0);
+    req(&b, OP_GAT, be32(x, 100), 4, "t", NULL, 0);
+    ck_assert_int_eq(feed(&b), PROTO_OK);
+    res(&w, OP_TOUCH, ST_OK, ct, f, 4, NULL, 0, NULL, 0);
+    res_err(&w, OP_TOUCH, ST_ENOENT);
+    res_err(&w, OP_GAT, ST_ENOENT);
+    expect_out(&w);
+    ck_assert_uint_eq(counters.get_expired, 2);
     b_free(&b);
     b_free(&w);
 }

@@ -437,6 +437,15 @@ START_TEST(test_touch_gat)
     ck_assert_uint_eq(sth.cmd_touch, 7);
     ck_assert_uint_eq(sth.touch_hits, 5);
     ck_assert_uint_eq(sth.touch_misses, 2);
+    /* as memcached: touch and gat misses on an expired value count in
+     * get_expired, like the get above */
+    ck_assert_uint_eq(sth.get_expired, 1);
+    EXPECT("touch k 10\r\ngat 10 k\r\nmg k T10\r\n",
+           "NOT_FOUND\r\nEND\r\nEN\r\n");
+    ck_assert_uint_eq(sth.get_expired, 4);
+    ck_assert_uint_eq(sth.touch_misses, 5);
+    EXPECT("touch zz 10\r\n", "NOT_FOUND\r\n");
+    ck_assert_uint_eq(sth.get_expired, 4);
 }
 END_TEST
 
