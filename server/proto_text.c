@@ -16,8 +16,9 @@
  *   - the request loop, which consumes every complete request of `in`.
  *
  * Meta flags supported:
- *   mg  b c f h k l O q s t u v T N R (N vivifies an empty item on a miss;
- *       response flags W, X, Z: see put_win_flags)
+ *   mg  b c f h k l O q s t u v E T N R (N vivifies an empty item on a
+ *       miss, with cas E if given; response flags W, X, Z: see
+ *       put_win_flags)
  *   ms  b c k O q C E F I T M(E A P R S) (I with C: a cas that does not
  *       match stores the value anyway, marked stale)
  *   md  b k O q C E I T x (I marks the value stale with a new cas instead
@@ -26,9 +27,9 @@
  *   me  b
  * P and L (proxy hints) are accepted and ignored, like memcached does;
  * so is every known flag on a command it does not apply to.
- * E (explicit new cas) is kept by ms, md and ma: the cas travels with the
- * mutation, so every node reports it. E on mg is answered with
- * "CLIENT_ERROR invalid flag". The stale and won marks are part of the
+ * E (explicit new cas) is kept by ms, md, ma and a vivifying mg: the cas
+ * travels with the mutation, so every node reports it. The stale and won
+ * marks are part of the
  * value's mutation (store.h, STORE_MARK_*), so they replicate with it.
  *
  * Deliberate differences from memcached (all on bad input):
@@ -1386,9 +1387,7 @@ static int cmd_mg(pt_req *r)
 
     if (!meta_head(r, true))
         return 0;
-    /* E would set the cas of a touched or vivified item: not kept. */
-    if (meta_parse(r, 2, &m, &err) != 0 || (err = meta_check(&m)) != NULL ||
-        (meta_has(&m, 'E') && (err = "CLIENT_ERROR invalid flag"))) {
+    if (meta_parse(r, 2, &m, &err) != 0 || (err = meta_check(&m)) != NULL) {
         reply_err(r, err);
         return 0;
     }
@@ -1417,6 +1416,9 @@ static int cmd_mg(pt_req *r)
                          .value = "",
                          .nvalue = 0,
                          .exptime = store_exptime_abs(s, m.N),
+                         .new_cas = m.E, /* as memcached: E is the cas of
+                                            a vivified item; a touch keeps
+                                            the item's cas */
                          .marks = STORE_MARK_WON};
         created = store_write_item(s, &w, NULL) == STORE_STORED;
         it = store_get(s, m.key, m.nkey);

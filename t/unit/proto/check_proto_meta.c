@@ -104,7 +104,7 @@ START_TEST(test_mg_errors)
 {
     EXPECT("ms a 2\r\nhi\r\n", "HD\r\n");
     EXPECT("mg a Z\r\n", "CLIENT_ERROR invalid flag\r\n");
-    EXPECT("mg a E5\r\n", "CLIENT_ERROR invalid flag\r\n");
+    EXPECT("mg a E0\r\n", "CLIENT_ERROR bad token in command line format\r\n");
     EXPECT("mg a R\r\n", "CLIENT_ERROR bad token in command line format\r\n");
     EXPECT("mg a Rx\r\n", "CLIENT_ERROR bad token in command line format\r\n");
     /* I and x are md/ms flags: accepted and ignored by mg */
@@ -356,13 +356,17 @@ START_TEST(test_explicit_cas)
     EXPECT("ma n E43 c v\r\n", "VA 1 c43\r\n6\r\n");
     EXPECT("ma n C43 E44 c\r\n", "HD c44\r\n");
     ck_assert_uint_eq(cas_of("e"), 900);
+    /* mg: E is the cas of a vivified item; a hit or a touch keeps its cas */
+    EXPECT("mg e E5 c\r\n", "HD c900\r\n");
+    EXPECT("mg e E5 T30 c\r\n", "HD c900\r\n");
+    EXPECT("mg v N30 E55 c\r\n", "HD c55 W\r\n");
+    EXPECT("mg v N30 E56 c\r\n", "HD c55 Z\r\n");
     EXPECT("ms e 1\r\nw\r\n", "HD\r\n");
     ck_assert_uint_ne(cas_of("e"), 900);
     ck_assert_uint_ne(cas_of("e"), 0);
     EXPECT("ms e 1 E0\r\nq\r\nmn\r\n",
            "CLIENT_ERROR bad token in command line format\r\nMN\r\n");
     EXPECT("ma n Ex\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n");
-    EXPECT("mg e E5\r\n", "CLIENT_ERROR invalid flag\r\n");
     EXPECT("md e E9\r\n", "HD\r\n");
 }
 END_TEST
