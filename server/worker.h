@@ -31,6 +31,7 @@ typedef struct worker_setup {
     const proto_config *pcfg;
     int verbose;
     unsigned reqs_per_event;
+    unsigned idle_poll_us; /* see worker_loop in worker.c; 0 = never poll */
     size_t output_max;
     size_t input_max;
     int proto_mode;

@@ -143,6 +143,21 @@ class Settings(unittest.TestCase):
         self.assertEqual(st["verbosity"], "2")
         self.assertEqual(st["udpport"], "0")
 
+    def test_idle_poll(self):
+        # Polling before sleeping is on by default; 0 turns it off; both
+        # serve requests, and an out-of-range value stops the start-up.
+        for args, want in (([], "20"), (["-o", "idle_poll_us=0"], "0"),
+                           (["--idle-poll-us", "500"], "500")):
+            with Server(args) as srv:
+                self.assertEqual(srv.stats("settings")["idle_poll_us"], want)
+                self.assertEqual(srv.request(b"set p 0 0 1\r\nx\r\n"),
+                                 b"STORED\r\n")
+                self.assertEqual(srv.request(b"get p\r\n", b"END\r\n"),
+                                 b"VALUE p 0 1\r\nx\r\nEND\r\n")
+        code, _, err = run(["-o", "idle_poll_us=1000001"])
+        self.assertEqual(code, 64)
+        self.assertIn("idle_poll_us", err)
+
     def test_secret_never_listed(self):
         with Server(["--cluster-secret", "sw0rdfish"]) as srv:
             raw = srv.request(b"stats settings\r\n", b"END\r\n")
