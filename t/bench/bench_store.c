@@ -260,7 +260,7 @@ int main(int argc, char **argv)
     size_t nkeys = 100000, nvalue = 100, symbols = 8192;
     unsigned rounds = 3;
 
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* --name value pairs */
         if (i + 1 >= argc)
             usage(argv[0]);
         unsigned long long v = strtoull(argv[i + 1], NULL, 10);
@@ -276,7 +276,6 @@ int main(int argc, char **argv)
             symbols = (size_t)v;
         else
             usage(argv[0]);
-        i++;
     }
 
     char(*keys)[32] = malloc(nkeys * sizeof(*keys));
