@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,6 +26,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "evloop.h"
 #include "repl_link.h"
 #include "repl_wire.h"
 
@@ -578,12 +578,9 @@ struct sconn {
 struct registry_server {
     registry_server_options o;
     char *secret, *listen;
-    struct event_base *base;
+    evloop loop; /* the registry's thread and event base */
     struct evconnlistener *lis;
-    struct event *tick, *stop;
-    int stop_fd;
-    pthread_t thread;
-    bool started;
+    struct event *tick;
     uint32_t tick_ms;
     uint64_t publish_at;  /* no view before this (members re-register) */
     pthread_mutex_t lock; /* guards dir */
@@ -796,7 +793,7 @@ static void server_accept(struct evconnlistener *lis, evutil_socket_t fd,
     }
     c->s = s;
     repl_link_options lo = link_options(s->secret, 0, &s->o.timing);
-    c->l = repl_link_accept(s->base, fd, &lo, &server_ops, c);
+    c->l = repl_link_accept(s->loop.base, fd, &lo, &server_ops, c);
     if (!c->l) {
         free(c);
         return;
@@ -847,21 +844,6 @@ static void server_tick(evutil_socket_t fd, short what, void *arg)
     server_tick_arm(s);
 }
 
-static void server_stop(evutil_socket_t fd, short what, void *arg)
-{
-    struct registry_server *s = arg;
-    (void)fd;
-    (void)what;
-    event_base_loopbreak(s->base);
-}
-
-static void *server_main(void *arg)
-{
-    struct registry_server *s = arg;
-    event_base_dispatch(s->base);
-    return NULL;
-}
-
 registry_server *registry_server_create(const registry_server_options *o,
                                         char *err, size_t nerr)
 {
@@ -883,7 +865,7 @@ registry_server *registry_server_create(const registry_server_options *o,
         return NULL;
     }
     s->o = *o;
-    s->stop_fd = -1;
+    int loop_rc = evloop_init(&s->loop, NULL, NULL);
     pthread_mutex_init(&s->lock, NULL);
     s->secret = strdup(o->secret ? o->secret : "");
     s->listen = strdup(o->listen && o->listen[0] ? o->listen : "127.0.0.1");
@@ -891,9 +873,7 @@ registry_server *registry_server_create(const registry_server_options *o,
     clock_gettime(CLOCK_REALTIME, &ts);
     s->dir = registry_dir_create(&o->timing, (uint64_t)ts.tv_nsec ^
                                                  (uint64_t)getpid() << 32);
-    s->base = event_base_new();
-    s->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!s->secret || !s->listen || !s->dir || !s->base || s->stop_fd < 0) {
+    if (!s->secret || !s->listen || !s->dir || loop_rc != 0) {
         snprintf(err, nerr, "cannot create the registry");
         goto fail;
     }
@@ -914,7 +894,7 @@ registry_server *registry_server_create(const registry_server_options *o,
                  gai_strerror(rc));
         goto fail;
     }
-    s->lis = evconnlistener_new_bind(s->base, server_accept, s,
+    s->lis = evconnlistener_new_bind(s->loop.base, server_accept, s,
                                      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
                                      64, res->ai_addr, (int)res->ai_addrlen);
     freeaddrinfo(res);
@@ -923,9 +903,8 @@ registry_server *registry_server_create(const registry_server_options *o,
                  s->listen, (unsigned)o->port, strerror(errno));
         goto fail;
     }
-    s->tick = event_new(s->base, -1, 0, server_tick, s);
-    s->stop = event_new(s->base, s->stop_fd, EV_READ, server_stop, s);
-    if (!s->tick || !s->stop) {
+    s->tick = event_new(s->loop.base, -1, 0, server_tick, s);
+    if (!s->tick) {
         snprintf(err, nerr, "cannot create registry events");
         goto fail;
     }
@@ -939,7 +918,6 @@ registry_server *registry_server_create(const registry_server_options *o,
         grace = BACKOFF_MAX_MS + 500;
     s->publish_at = now_ms() + grace;
     server_tick_arm(s);
-    event_add(s->stop, NULL);
     return s;
 fail:
     registry_server_destroy(s);
@@ -948,34 +926,21 @@ fail:
 
 int registry_server_start(registry_server *s)
 {
-    if (pthread_create(&s->thread, NULL, server_main, s) != 0)
-        return REGISTRY_ERR_SYSTEM;
-    s->started = true;
-    return REGISTRY_OK;
+    return evloop_start(&s->loop) == 0 ? REGISTRY_OK : REGISTRY_ERR_SYSTEM;
 }
 
 void registry_server_destroy(registry_server *s)
 {
     if (!s)
         return;
-    if (s->started) {
-        uint64_t one = 1;
-        ssize_t n = write(s->stop_fd, &one, sizeof(one));
-        (void)n;
-        pthread_join(s->thread, NULL);
-    }
+    evloop_stop(&s->loop);
     while (s->conns)
         repl_link_close(s->conns->l);
     if (s->lis)
         evconnlistener_free(s->lis);
     if (s->tick)
         event_free(s->tick);
-    if (s->stop)
-        event_free(s->stop);
-    if (s->base)
-        event_base_free(s->base);
-    if (s->stop_fd >= 0)
-        close(s->stop_fd);
+    evloop_fini(&s->loop);
     registry_dir_destroy(s->dir);
     pthread_mutex_destroy(&s->lock);
     free(s->secret);

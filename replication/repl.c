@@ -27,6 +27,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "evloop.h"
 #include "repl_link.h"
 #include "repl_wire.h"
 #include "ring.h"
@@ -212,13 +213,11 @@ struct repl {
     char *secret;
     char *listen;
     store *s;
-    size_t S; /* sketch symbols */
-    struct event_base *base;
+    size_t S;    /* sketch symbols */
+    evloop loop; /* the replication thread and its event base */
     struct evconnlistener *lis;
-    struct event *tick, *wake, *stop;
-    int wake_fd, stop_fd;
-    pthread_t thread;
-    bool started;
+    struct event *tick, *wake;
+    int wake_fd;
     /*
      * Slots [0, npeers); registry members come and go, a removed one
      * leaves a vacant slot for the next. The table changes only on this
@@ -1381,7 +1380,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd,
     }
     c->r = r;
     repl_link_options o = conn_options(c);
-    c->link = repl_link_accept(r->base, fd, &o, &conn_ops, c);
+    c->link = repl_link_accept(r->loop.base, fd, &o, &conn_ops, c);
     if (!c->link) {
         free(c);
         return;
@@ -1400,8 +1399,8 @@ static void peer_connect(struct repl *r, struct peer *p)
     c->outgoing = true;
     c->peer = p;
     repl_link_options o = conn_options(c);
-    int rc = repl_link_dial(r->base, (struct sockaddr *)&p->addr, p->addrlen,
-                            &o, &conn_ops, c, &c->link);
+    int rc = repl_link_dial(r->loop.base, (struct sockaddr *)&p->addr,
+                            p->addrlen, &o, &conn_ops, c, &c->link);
     if (rc != REPL_LINK_OK) {
         free(c);
         if (rc == REPL_LINK_ERR_CONNECT) {
@@ -1930,25 +1929,16 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static void on_stop(evutil_socket_t fd, short what, void *arg)
+/* On the replication thread, as it stops. */
+static void on_stop(void *arg)
 {
     struct repl *r = arg;
-    (void)fd;
-    (void)what;
     /* A clean stop leaves the registries' views at once. */
     if (r->reg)
         registry_client_leave(r->reg);
-    event_base_loopbreak(r->base);
 }
 
 /* ========================================================== lifecycle */
-
-static void *repl_main(void *arg)
-{
-    struct repl *r = arg;
-    event_base_dispatch(r->base);
-    return NULL;
-}
 
 static int bind_listener(struct repl *r, char *err, size_t nerr)
 {
@@ -1963,7 +1953,7 @@ static int bind_listener(struct repl *r, char *err, size_t nerr)
                  gai_strerror(rc));
         return REPL_ERR_CONFIG;
     }
-    r->lis = evconnlistener_new_bind(r->base, on_accept, r,
+    r->lis = evconnlistener_new_bind(r->loop.base, on_accept, r,
                                      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
                                      64, res->ai_addr, (int)res->ai_addrlen);
     freeaddrinfo(res);
@@ -2067,7 +2057,8 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
     r->s = s;
     r->S = store_sketch_symbols(s);
     pthread_rwlock_init(&r->rlock, NULL);
-    r->wake_fd = r->stop_fd = -1;
+    r->wake_fd = -1;
+    int loop_rc = evloop_init(&r->loop, on_stop, r);
     r->secret = strdup(o->secret ? o->secret : "");
     r->listen = strdup(o->listen && o->listen[0] ? o->listen : "127.0.0.1");
     r->qcap = o->push_queue;
@@ -2087,19 +2078,17 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
         goto fail;
     if (placement_setup(r, err, nerr) != REPL_OK)
         goto fail;
-    r->base = event_base_new();
     r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    r->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!r->base || r->wake_fd < 0 || r->stop_fd < 0) {
+    if (loop_rc != 0 || r->wake_fd < 0) {
         snprintf(err, nerr, "cannot create the replication event loop");
         goto fail;
     }
     if (bind_listener(r, err, nerr) != REPL_OK)
         goto fail;
-    r->tick = event_new(r->base, -1, 0, on_tick, r);
-    r->wake = event_new(r->base, r->wake_fd, EV_READ | EV_PERSIST, on_wake, r);
-    r->stop = event_new(r->base, r->stop_fd, EV_READ, on_stop, r);
-    if (!r->tick || !r->wake || !r->stop) {
+    r->tick = event_new(r->loop.base, -1, 0, on_tick, r);
+    r->wake =
+        event_new(r->loop.base, r->wake_fd, EV_READ | EV_PERSIST, on_wake, r);
+    if (!r->tick || !r->wake) {
         snprintf(err, nerr, "cannot create replication events");
         goto fail;
     }
@@ -2113,14 +2102,13 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
             .insecure = o->insecure,
             .timing = o->timing,
         };
-        r->reg = registry_client_create(r->base, &co, on_view, on_ping, r, err,
-                                        nerr);
+        r->reg = registry_client_create(r->loop.base, &co, on_view, on_ping, r,
+                                        err, nerr);
         if (!r->reg)
             goto fail;
     }
     tick_arm(r);
     event_add(r->wake, NULL);
-    event_add(r->stop, NULL);
     store_set_listener(s, repl_on_change, r);
     return r;
 fail:
@@ -2130,22 +2118,14 @@ fail:
 
 int repl_start(repl *r)
 {
-    if (pthread_create(&r->thread, NULL, repl_main, r) != 0)
-        return REPL_ERR_SYSTEM;
-    r->started = true;
-    return REPL_OK;
+    return evloop_start(&r->loop) == 0 ? REPL_OK : REPL_ERR_SYSTEM;
 }
 
 void repl_destroy(repl *r)
 {
     if (!r)
         return;
-    if (r->started) {
-        uint64_t one = 1;
-        ssize_t n = write(r->stop_fd, &one, sizeof(one));
-        (void)n;
-        pthread_join(r->thread, NULL);
-    }
+    evloop_stop(&r->loop);
     if (r->s)
         store_set_listener(r->s, NULL, NULL);
     for (int i = 0; i < r->npeers; i++) {
@@ -2172,14 +2152,9 @@ void repl_destroy(repl *r)
         event_free(r->tick);
     if (r->wake)
         event_free(r->wake);
-    if (r->stop)
-        event_free(r->stop);
-    if (r->base)
-        event_base_free(r->base);
+    evloop_fini(&r->loop);
     if (r->wake_fd >= 0)
         close(r->wake_fd);
-    if (r->stop_fd >= 0)
-        close(r->stop_fd);
     pthread_mutex_destroy(&r->qlock);
     pthread_mutex_destroy(&r->plock);
     route_free(r->route);

@@ -1,0 +1,76 @@
+/*
+ * evloop.c -- a libevent loop on a thread of its own (see evloop.h).
+ */
+#include "evloop.h"
+
+#include <stdint.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+static void stop_cb(evutil_socket_t fd, short what, void *arg)
+{
+    evloop *l = arg;
+    (void)fd;
+    (void)what;
+    if (l->on_stop)
+        l->on_stop(l->arg);
+    event_base_loopbreak(l->base);
+}
+
+static void *loop_main(void *arg)
+{
+    evloop *l = arg;
+    event_base_dispatch(l->base);
+    return NULL;
+}
+
+int evloop_init(evloop *l, void (*on_stop)(void *arg), void *arg)
+{
+    l->base = NULL;
+    l->stop_ev = NULL;
+    l->started = false;
+    l->on_stop = on_stop;
+    l->arg = arg;
+    l->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    l->base = event_base_new();
+    if (l->stop_fd < 0 || !l->base)
+        return -1;
+    l->stop_ev = event_new(l->base, l->stop_fd, EV_READ, stop_cb, l);
+    if (!l->stop_ev || event_add(l->stop_ev, NULL) != 0)
+        return -1;
+    return 0;
+}
+
+int evloop_start(evloop *l)
+{
+    if (pthread_create(&l->thread, NULL, loop_main, l) != 0)
+        return -1;
+    l->started = true;
+    return 0;
+}
+
+void evloop_stop(evloop *l)
+{
+    if (!l->started)
+        return;
+    uint64_t one = 1;
+    ssize_t n = write(l->stop_fd, &one, sizeof(one));
+    (void)n; /* an eventfd write cannot fail short of overflow */
+    pthread_join(l->thread, NULL);
+    l->started = false;
+}
+
+void evloop_fini(evloop *l)
+{
+    if (l->stop_ev)
+        event_free(l->stop_ev);
+    if (l->base)
+        event_base_free(l->base);
+    if (l->stop_fd >= 0)
+        close(l->stop_fd);
+    l->stop_ev = NULL;
+    l->base = NULL;
+    l->stop_fd = -1;
+}
