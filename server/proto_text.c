@@ -29,8 +29,8 @@
  * so is every known flag on a command it does not apply to.
  * E (explicit new cas) is kept by ms, md, ma and a vivifying mg: the cas
  * travels with the mutation, so every node reports it. The stale and won
- * marks are part of the
- * value's mutation (store.h, STORE_MARK_*), so they replicate with it.
+ * marks are part of the value's mutation (store.h, STORE_MARK_*), so they
+ * replicate with it.
  *
  * Deliberate differences from memcached (all on bad input):
  *   - keys with control characters (bytes < 0x21 or 0x7f) are refused
@@ -494,6 +494,18 @@ static void reply_store_rc(pt_req *r, int rc)
     }
 }
 
+/*
+ * A miss on a value that expired or was flushed (the store's *why), from a
+ * get, a touch or a gat alike, as memcached counts them.
+ */
+static void count_stale_miss(pt_req *r, int why)
+{
+    if (why == STORE_MISS_EXPIRED)
+        STAT(r, get_expired);
+    else if (why == STORE_MISS_FLUSHED)
+        STAT(r, get_flushed);
+}
+
 static void count_cas(pt_req *r, int rc)
 {
     if (rc == STORE_STORED)
@@ -583,11 +595,7 @@ static void get_one(pt_req *r, const pt_tok *k, bool with_cas, bool touch,
         else
             STAT(r, get_misses);
     }
-    /* as memcached: touching an expired or flushed item counts too */
-    if (why == STORE_MISS_EXPIRED)
-        STAT(r, get_expired);
-    else if (why == STORE_MISS_FLUSHED)
-        STAT(r, get_flushed);
+    count_stale_miss(r, why);
     if (it)
         out_get_hit(r, it, with_cas);
 }
@@ -949,10 +957,7 @@ static int cmd_touch(pt_req *r)
         REPLY(r, "TOUCHED");
     } else {
         STAT(r, touch_misses);
-        if (why == STORE_MISS_EXPIRED)
-            STAT(r, get_expired);
-        else if (why == STORE_MISS_FLUSHED)
-            STAT(r, get_flushed);
+        count_stale_miss(r, why);
         REPLY(r, "NOT_FOUND");
     }
     return 0;
@@ -1404,10 +1409,7 @@ static int cmd_mg(pt_req *r)
         it = store_gat_ex(s, m.key, m.nkey, store_exptime_abs(s, m.T), &why);
     else
         it = store_get_ex(s, m.key, m.nkey, &why);
-    if (why == STORE_MISS_EXPIRED)
-        STAT(r, get_expired);
-    else if (why == STORE_MISS_FLUSHED)
-        STAT(r, get_flushed);
+    count_stale_miss(r, why);
     if (it == NULL && m.has_N) {
         /* vivify: an empty item; this request wins the right to fill it */
         store_write w = {.mode = STORE_ADD,

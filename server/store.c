@@ -1547,6 +1547,17 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
     return rc;
 }
 
+/*
+ * Why a key that is not live misses (store_get_ex's *why): the value it
+ * holds is flushed or expired; 0 when it holds none (missing, tombstone).
+ */
+static int miss_reason(store *s, const store_item *it, const tnow *t)
+{
+    if (it == NULL || it->kind != STORE_KIND_VALUE)
+        return 0;
+    return item_flushed(s, it, t) ? STORE_MISS_FLUSHED : STORE_MISS_EXPIRED;
+}
+
 store_item *store_get_ex(store *s, const char *key, size_t nkey, int *why)
 {
     store_item *it;
@@ -1568,10 +1579,7 @@ store_item *store_get_ex(store *s, const char *key, size_t nkey, int *why)
         store_item_ref(it);
         item_access(s, it, &t);
     } else {
-        /* A value that is there but not live: flushed or expired. */
-        if (it != NULL && it->kind == STORE_KIND_VALUE)
-            miss = item_flushed(s, it, &t) ? STORE_MISS_FLUSHED
-                                           : STORE_MISS_EXPIRED;
+        miss = miss_reason(s, it, &t);
         it = NULL;
     }
     pthread_mutex_unlock(&sp->lock);
@@ -1637,10 +1645,8 @@ static store_item *retouch(store *s, const char *key, size_t nkey,
     tnow_get(s, &t);
     cur = *stripe_slot(sp, h, key, nkey);
     if (cur == NULL || !item_live(s, cur, &t)) {
-        /* A value that is there but not live: flushed or expired. */
-        if (why && cur != NULL && cur->kind == STORE_KIND_VALUE)
-            *why = item_flushed(s, cur, &t) ? STORE_MISS_FLUSHED
-                                            : STORE_MISS_EXPIRED;
+        if (why)
+            *why = miss_reason(s, cur, &t);
         pthread_mutex_unlock(&sp->lock);
         *rc = STORE_NOT_FOUND;
         return NULL;
