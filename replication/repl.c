@@ -36,7 +36,13 @@
 
 #define PEER_MAX 64
 #define INCOMING_MAX 256
-#define BATCH_FIRST 64             /* first symbol batch of a round */
+/*
+ * A round first asks for coded symbol 0 alone: equal sets cancel there,
+ * so a round between nodes that agree costs one symbol each way, and an
+ * idle cluster is quiet. Then 64, doubling up to BATCH_MAX.
+ */
+#define BATCH_FIRST 1
+#define BATCH_SECOND 64
 #define BATCH_MAX 4096             /* 128 KiB of symbols per frame */
 #define FETCH_IDS_MAX 16384        /* ids per FETCH frame (256 KiB) */
 #define RECORDS_FRAME (1u << 20)   /* records per MUTATIONS frame, bytes */
@@ -534,12 +540,11 @@ static void send_error(struct conn *c, uint32_t code, const char *text)
 
 /* ===================================================== mutation records */
 
-/* Appends an item's mutation record at *len; false when it does not fit. */
-static bool put_item(uint8_t *buf, size_t cap, size_t *len, store_item *it)
+/* Appends a mutation record at *len; false when it does not fit. */
+static bool put_mutation(uint8_t *buf, size_t cap, size_t *len,
+                         const store_mutation *m)
 {
-    store_mutation m;
-    store_item_mutation(it, &m);
-    long n = repl_wire_put_mutation(buf + *len, cap - *len, &m);
+    long n = repl_wire_put_mutation(buf + *len, cap - *len, m);
     if (n < 0)
         return false;
     *len += (size_t)n;
@@ -561,8 +566,10 @@ static size_t send_records(struct conn *c, const riblt_id *ids, size_t n,
     uint8_t *p = payload_area(r);
     size_t len = 5, count = 0, sent = 0;
     for (size_t i = 0; i <= n; i++) {
-        store_item *it = i < n ? store_fetch(r->s, &ids[i]) : NULL;
-        if (i < n && !it)
+        store_mutation m;
+        store_item *it = NULL;
+        /* An item, or a keyless record (evicted value, drop). */
+        if (i < n && !store_fetch_mutation(r->s, &ids[i], &m, &it))
             continue;
         bool last = i == n;
         if (!last &&
@@ -575,7 +582,7 @@ static size_t send_records(struct conn *c, const riblt_id *ids, size_t n,
             count = 0;
         }
         if (!last) {
-            if (put_item(p, cap, &len, it)) {
+            if (put_mutation(p, cap, &len, &m)) {
                 count++;
                 sent++;
             }
@@ -632,7 +639,7 @@ static int apply_records(struct repl *r, const uint8_t *p, size_t len,
             /* Records of partitions this node does not own are refused:
              * owners decide what a partition holds (invariant 1 per
              * partition), a stale ring on the sender notwithstanding. */
-            uint32_t part = store_key_partition(r->s, m.key, m.nkey);
+            uint32_t part = store_mutation_partition(r->s, &m);
             if (part > r->P || !ALOAD(r->owned[part])) {
                 PST_ADD(&r->st, rejected_records, 1);
                 continue;
@@ -1222,7 +1229,9 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
     uint64_t next = offset + n;
     if (next >= r->o.max_symbols)
         return -1; /* cap reached: the next round retries */
-    rd->batch = rd->batch * 2 > BATCH_MAX ? BATCH_MAX : rd->batch * 2;
+    rd->batch = rd->batch == BATCH_FIRST    ? BATCH_SECOND
+                : rd->batch * 2 > BATCH_MAX ? BATCH_MAX
+                                            : rd->batch * 2;
     uint64_t count = rd->batch;
     if (count > r->o.max_symbols - next)
         count = r->o.max_symbols - next;
@@ -1887,7 +1896,9 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
             len = 5;
             count = 0;
         }
-        if (put_item(q, cap, &len, batch[i]))
+        store_mutation m;
+        store_item_mutation(batch[i], &m);
+        if (put_mutation(q, cap, &len, &m))
             count++;
     }
     if (count)

@@ -255,11 +255,13 @@ long repl_wire_get_mutation(const uint8_t *buf, size_t len, size_t max_value,
     m->cas = repl_wire_get_u64(buf + 49);
     m->nkey = (size_t)buf[57] | (size_t)buf[58] << 8;
     m->nvalue = repl_wire_get_u32(buf + 59);
-    if (m->kind > STORE_KIND_FLUSH || (m->marks & ~STORE_MARKS_ALL) != 0 ||
+    if (m->kind > STORE_KIND_DROP || (m->marks & ~STORE_MARKS_ALL) != 0 ||
         (m->marks != 0 && m->kind != STORE_KIND_VALUE))
         return REPL_WIRE_ERR_FORMAT;
-    if (m->kind == STORE_KIND_FLUSH ? m->nkey != 0
-                                    : (m->nkey == 0 || m->nkey > 250))
+    /* Flushes and the keyless records (evicted, drop) have no key. */
+    bool keyless = m->kind == STORE_KIND_FLUSH ||
+                   m->kind == STORE_KIND_EVICTED || m->kind == STORE_KIND_DROP;
+    if (keyless ? m->nkey != 0 : (m->nkey == 0 || m->nkey > 250))
         return REPL_WIRE_ERR_FORMAT;
     if (m->kind != STORE_KIND_VALUE && m->nvalue != 0)
         return REPL_WIRE_ERR_FORMAT;

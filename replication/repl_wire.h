@@ -142,7 +142,10 @@ static inline size_t repl_wire_frame_size(size_t n)
  *   id (16) | ticks (8) | node (4) | kind (1) | flags (4) | exptime (8)
  *   | flush_at (8) | cas (8) | nkey (2) | nvalue (4) | key | value
  * The kind byte holds the kind in bits 0-3 and the value's STORE_MARK_*
- * in bits 4-5; bits 6-7 are 0.
+ * in bits 4-5; bits 6-7 are 0. Flushes and the keyless kinds (an evicted
+ * value's record, a drop: the key is named by the id's high word, flags
+ * holds its partition) have no key. The id is the one store_mutation_id
+ * gives for key and version; the receiving store checks it.
  */
 #define REPL_WIRE_MUT_FIXED 63
 
@@ -155,7 +158,8 @@ long repl_wire_put_mutation(uint8_t *out, size_t cap, const store_mutation *m);
 /*
  * Reads one record from buf. The key and value pointers of *m point into
  * buf. Returns bytes consumed or REPL_WIRE_ERR_FORMAT (truncated, key of 0
- * or more than 250 bytes for a non-flush kind, unknown kind, unknown
+ * or more than 250 bytes for a keyed kind, a key for a keyless one
+ * (flush, evicted, drop), unknown kind, unknown
  * marks or marks on a kind other than a value, value larger than
  * max_value).
  */

@@ -628,6 +628,11 @@ static void start(void)
     so.memory_limit = (size_t)d.opts.maxbytes;
     so.item_size_max = (size_t)d.opts.item_size_max;
     so.tombstone_grace = (uint32_t)d.opts.tombstone_grace;
+    /* Records of evicted values exist for peers to agree with: a node
+     * without replication evicts like memcached, leaving nothing. */
+    if (d.opts.repl_port != 0)
+        so.evict_record_bytes =
+            so.memory_limit / 100 * (size_t)d.opts.evict_record_share;
     so.sketch_symbols = (size_t)d.opts.sketch_symbols;
     so.hash_power = (unsigned)d.opts.hashpower_init;
     placement_store_options(&so);

@@ -28,7 +28,7 @@
  * enable features (meta commands) by it.
  */
 #define RIBLTCACHE_MEMCACHED_COMPAT "1.6.21"
-#define RIBLTCACHE_WIRE_VERSION                                                \
+#define RIBLTCACHE_WIRE_VERSION                                               \
     RIBLTCACHE_MEMCACHED_COMPAT "-ribltcache-" RIBLTCACHE_VERSION
 
 /* Error codes of this module. */
@@ -141,6 +141,8 @@ enum options_proto {
     X(tombstone_grace, 0, "tombstone-grace", OPTIONS_UINT, "3600", 0,         \
       4294967295ULL,                                                          \
       "seconds deletes and expired items stay reconcilable before sweep")     \
+    X(evict_record_share, 0, "evict-record-share", OPTIONS_UINT, "5", 1, 50,  \
+      "percent of -m for records of evicted values (with replication)")       \
     X(sketch_symbols, 0, "sketch-symbols", OPTIONS_UINT, "8192", 1, 16777216, \
       "coded symbols kept in the materialized sketch")                        \
     X(hashpower_init, 0, "hashpower", OPTIONS_UINT, "16", 4, 32,              \
@@ -179,13 +181,13 @@ enum options_proto {
     X(partition_sketch_symbols, 0, "partition-sketch-symbols", OPTIONS_UINT,  \
       "256", 16, 65536, "coded symbols kept per partition (replicas > 0)")    \
     X(ring_handoff_ms, 0, "ring-handoff-ms", OPTIONS_UINT, "10000", 0,        \
-      86400000, "a partition this node lost is kept this long at least")     \
+      86400000, "a partition this node lost is kept this long at least")      \
     X(ring_down_ms, 0, "ring-down-ms", OPTIONS_UINT, "3000", 0, 86400000,     \
       "a static peer unreachable this long leaves the ring")                  \
     X(proxy_timeout_ms, 0, "proxy-timeout-ms", OPTIONS_UINT, "2000", 1,       \
       3600000, "a request relayed to an owner fails after this long")         \
     X(advertise, 0, "advertise", OPTIONS_STR, NULL, 0, 0,                     \
-      "host:port other nodes relay client requests to (default: -l and -p)") \
+      "host:port other nodes relay client requests to (default: -l and -p)")  \
     X(registry, 0, "registry", OPTIONS_STR, NULL, 0, 0,                       \
       "registries to join, host:port,host:port (needs repl_port)")            \
     X(registry_port, 0, "registry-port", OPTIONS_UINT, "0", 0, 65535,         \

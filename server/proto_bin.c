@@ -401,28 +401,28 @@ static int bin_get(proto_ctx *ctx, const bin_req *r, struct evbuffer *out)
     bool with_key = r->cmd == BIN_OP_GETK || r->cmd == BIN_OP_GATK;
     size_t nkey = r->h.keylen;
     store_item *it;
-    int why;
+    store_read_info ri;
 
     if (touch) {
         int64_t exp = store_exptime_abs(ctx->store, bin_get32(r->ext));
         BIN_COUNT(ctx, cmd_touch);
-        it = store_gat_ex(ctx->store, r->key, nkey, exp, &why);
+        it = store_gat_ex(ctx->store, r->key, nkey, exp, &ri);
         if (it)
             BIN_COUNT(ctx, touch_hits);
         else
             BIN_COUNT(ctx, touch_misses);
     } else {
         BIN_COUNT(ctx, cmd_get);
-        it = store_get_ex(ctx->store, r->key, nkey, &why);
+        it = store_get_ex(ctx->store, r->key, nkey, &ri);
         if (it)
             BIN_COUNT(ctx, get_hits);
         else
             BIN_COUNT(ctx, get_misses);
     }
     /* as memcached: touching an expired or flushed item counts too */
-    if (why == STORE_MISS_EXPIRED)
+    if (ri.why == STORE_MISS_EXPIRED)
         BIN_COUNT(ctx, get_expired);
-    else if (why == STORE_MISS_FLUSHED)
+    else if (ri.why == STORE_MISS_FLUSHED)
         BIN_COUNT(ctx, get_flushed);
 
     if (!it) {

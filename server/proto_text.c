@@ -579,23 +579,23 @@ static void get_one(pt_req *r, const pt_tok *k, bool with_cas, bool touch,
                     int64_t exptime)
 {
     store_item *it;
-    int why;
+    store_read_info ri;
     if (touch) {
         STAT(r, cmd_touch);
-        it = store_gat_ex(r->ctx->store, k->s, k->n, exptime, &why);
+        it = store_gat_ex(r->ctx->store, k->s, k->n, exptime, &ri);
         if (it)
             STAT(r, touch_hits);
         else
             STAT(r, touch_misses);
     } else {
         STAT(r, cmd_get);
-        it = store_get_ex(r->ctx->store, k->s, k->n, &why);
+        it = store_get_ex(r->ctx->store, k->s, k->n, &ri);
         if (it)
             STAT(r, get_hits);
         else
             STAT(r, get_misses);
     }
-    count_stale_miss(r, why);
+    count_stale_miss(r, ri.why);
     if (it)
         out_get_hit(r, it, with_cas);
 }
@@ -1404,12 +1404,12 @@ static int cmd_mg(pt_req *r)
     }
     STAT(r, cmd_meta);
     store_item *it;
-    int why = 0;
+    store_read_info ri;
     if (m.has_T)
-        it = store_gat_ex(s, m.key, m.nkey, store_exptime_abs(s, m.T), &why);
+        it = store_gat_ex(s, m.key, m.nkey, store_exptime_abs(s, m.T), &ri);
     else
-        it = store_get_ex(s, m.key, m.nkey, &why);
-    count_stale_miss(r, why);
+        it = store_get_ex(s, m.key, m.nkey, &ri);
+    count_stale_miss(r, ri.why);
     if (it == NULL && m.has_N) {
         /* vivify: an empty item; this request wins the right to fill it */
         store_write w = {.mode = STORE_ADD,
@@ -1423,7 +1423,7 @@ static int cmd_mg(pt_req *r)
                                             the item's cas */
                          .marks = STORE_MARK_WON};
         created = store_write_item(s, &w, NULL) == STORE_STORED;
-        it = store_get(s, m.key, m.nkey);
+        it = store_get_ex(s, m.key, m.nkey, &ri);
     }
     if (m.has_T)
         STAT(r, cmd_touch);
@@ -1475,14 +1475,12 @@ static int cmd_mg(pt_req *r)
             p = PUT_LIT(p, " f");
             p = fmt_u64(p, store_item_flags(it));
             break;
-        case 'l': {
-            int64_t la = store_item_last_access(it);
+        case 'l':
             p = PUT_LIT(p, " l");
-            p = fmt_i64(p, la < 0 ? 0 : la);
+            p = fmt_i64(p, ri.last_access);
             break;
-        }
         case 'h':
-            p = store_item_fetched(it) ? PUT_LIT(p, " h1") : PUT_LIT(p, " h0");
+            p = ri.fetched ? PUT_LIT(p, " h1") : PUT_LIT(p, " h0");
             break;
         case 'O':
             p = put_opaque(p, &r->t[i]);
@@ -1877,14 +1875,15 @@ static int cmd_me(pt_req *r)
             return relay(r, t, nt, 0, PROXY_TEXT_LINE);
     }
     STAT(r, cmd_meta);
-    store_item *it = store_get(s, key, nkey);
+    store_read_info ri;
+    store_item *it = store_get_ex(s, key, nkey, &ri);
     if (it == NULL) {
         REPLY(r, "EN");
         return 0;
     }
     size_t nval;
     (void)store_item_value(it, &nval);
-    int64_t la = store_item_last_access(it);
+    int64_t la = ri.last_access;
     char *p = out_reserve(r->o, PT_LINE_MAX);
     p = PUT_LIT(p, "ME ");
     if (bin)
@@ -1897,8 +1896,7 @@ static int cmd_me(pt_req *r)
     p = fmt_i64(p, la < 0 ? 0 : la);
     p = PUT_LIT(p, " cas=");
     p = fmt_u64(p, item_cas(r, it));
-    p = store_item_fetched(it) ? PUT_LIT(p, " fetch=yes")
-                               : PUT_LIT(p, " fetch=no");
+    p = ri.fetched ? PUT_LIT(p, " fetch=yes") : PUT_LIT(p, " fetch=no");
     p = PUT_LIT(p, " cls=1 size=");
     p = fmt_u64(p, nkey + nval);
     p = PUT_LIT(p, "\r\n");

@@ -1,70 +1,75 @@
 /*
- * store.c -- the versioned mutation store: key table, mutation journal,
- * R-IBLT sketch, LRU, memory limit, expiry and sweep.
+ * store.c -- the versioned mutation store: key table, R-IBLT sketch, the
+ * records evicted values leave, eviction clock, memory limit, expiry and
+ * sweep.
  *
  * Contract of this implementation (store.h states the interface):
  *
  * Data structures.
- *   - An item is one allocation: header, key, value. Its key, value, id,
+ *   - An item is one allocation: a 53-byte header, key, value (see struct
+ *     store_item for what the header leaves out and why). Its key, value,
  *     version, kind, flags and expiry never change after it is published;
- *     only bookkeeping (links, access times) does, under the locks below or
- *     through atomics. It carries an atomic reference count; the key table
- *     owns one reference while the item is linked, and every store_item *
- *     handed out owns one more.
+ *     only bookkeeping (chain link, access time, bits) does, under the
+ *     locks below or through atomics. It carries an atomic reference count;
+ *     the key table owns one reference while the item is linked, and every
+ *     store_item * handed out owns one more.
+ *   - Ids. A mutation's id is a function of key and version (make_id): the
+ *     high word is the key's cluster-wide SipHash (gid), the low word mixes
+ *     in the version. So every node names a mutation alike without storing
+ *     its id, and the key table, whose buckets come from the gid (through a
+ *     per-store secret mix), finds a mutation by id as well as by key.
  *   - The key table is split into 2^min(hash_power, 12) stripes. A key's
- *     64-bit hash picks its stripe (low bits) and its bucket inside the
+ *     bucket hash picks its stripe (low bits) and its bucket inside the
  *     stripe (high bits). Each stripe is its own chained hash table under
  *     its own mutex and grows on its own (doubling) when it holds more than
  *     1.5 entries per bucket: growth pauses that one stripe only, for a
  *     time proportional to its size (1/4096 of the table).
- *   - The journal (mutation id -> item) is a chained hash table; the sketch
- *     is an riblt_sketch. Both sit under one "set lock", so a set change is
- *     atomic for journal and sketch together, store_sketch_read copies a
- *     slice that matches some state of the journal, and store_journal_ids
- *     snapshots exactly that set. The journal doubles when it holds more
- *     than 1.5 ids per bucket, rehashing under the set lock: a brief pause
- *     of all writes, amortized O(1) per write.
- *   - Partitions. Every item carries its partition (16 bits on the same
- *     cache line as its id; 0 when unpartitioned), computed once by
- *     item_new from the key. There is one sketch per partition (P + 1 in
- *     partitioned mode, the last one the global partition of the empty key,
- *     one when unpartitioned) with the partition's counters (mutations,
- *     values, bytes), all under the set lock next to the one journal, so
- *     every partition's sketch is the sketch of its journal ids. A key's
- *     partition is a function of the key, so every set change touches one
- *     partition: a read summing several sketches may therefore let the set
- *     lock go between two partitions (it does every READ_HOLD_SYMBOLS
- *     symbols) and still include no write by half. Journal walks by
- *     partition filter the one journal with a bitmap; drop walks the key
+ *   - The set. The items linked in the key table, plus the keyless records
+ *     (below), are the set nodes reconcile. The sketches and the set's
+ *     counters sit under one "set lock", so a set change is atomic for
+ *     them, and store_sketch_read copies a slice that matches some state
+ *     of the set. store_journal_ids walks the key table one stripe at a
+ *     time, then the records.
+ *   - Partitions. Every item carries its partition (16 bits; 0 when
+ *     unpartitioned), computed once by item_new from the key; every record
+ *     its key's. There is one sketch per partition (P + 1 in partitioned
+ *     mode, the last one the global partition of the empty key, one when
+ *     unpartitioned) with the partition's counters (mutations, values,
+ *     bytes), all under the set lock, so every partition's sketch is the
+ *     sketch of its mutations. A key's partition is a function of the key,
+ *     so every set change touches one partition: a read summing several
+ *     sketches may therefore let the set lock go between two partitions
+ *     (it does every READ_HOLD_SYMBOLS symbols) and still include no write
+ *     by half. Walks by partition filter with a bitmap; drop walks the key
  *     table from its own cursor, like sweep.
- *   - The LRU is one list of linked VALUE items under the LRU lock. Reads do
- *     not take that lock except to move an item to the head, which happens
- *     at most once per LRU_BUMP_SECS per item (as memcached does); writes
- *     link the new item at the head and unlink the one it replaces.
+ *   - Eviction is a clock over the key table (see "eviction clock"): a
+ *     REF bit per item instead of LRU links.
  *
- * Lock order. sweep lock -> one stripe lock -> (set lock | LRU lock). The
- * sweep lock serializes store_sweep and store_drop_partitions. The
- * set lock and the LRU lock are never held together, and no thread ever
- * holds two stripe locks. Eviction takes the LRU lock alone to pick a victim
- * (pinning it with a reference), drops it, then takes the victim's stripe
- * lock; so a writer never evicts while it holds a stripe lock and two
- * writers cannot deadlock. The listener is called with no lock held.
+ * Lock order. (sweep lock | evict lock) -> one stripe lock -> record lock
+ * -> set lock. The sweep lock serializes store_sweep and
+ * store_drop_partitions, the evict lock the clock's hand. No thread ever
+ * holds two stripe locks, and a thread holding the record or set lock takes
+ * no stripe lock; so writers that evict (ensure_room runs before the
+ * writer's own stripe lock) cannot deadlock. The listener is called with
+ * no lock held.
  *
  * One apply. Every change of a key's current mutation goes through
- * do_store_apply (stripe lock held): versions are compared there and only
- * there (strictly greater wins), and there the key's entry, the journal and
- * the sketch change together. Local writes stamp a fresh version from the
- * hybrid clock under the stripe lock, which is always greater than the
- * held one because the clock has caught up with every version it has seen.
+ * do_store_apply (stripe lock held), or do_apply_keyless for the keyless
+ * kinds: versions are compared there and only there (strictly greater
+ * wins), and there the key's entry (item or record) and the sketch change
+ * together. Local writes stamp a fresh version from the hybrid clock under
+ * the stripe lock, which is always greater than the held one because the
+ * clock has caught up with every version it has seen.
  *
  * CAS. The cas unique is a field of the mutation and travels with it, so
  * it is the same on every node holding that mutation (Invariant 5). A new
  * value (set, add, replace, append, prepend, cas, incr, decr) takes a fresh
- * cas, its id's low word (never zero); touch and gat copy the touched
- * item's cas into their new mutation, as memcached keeps an item's cas
- * across touch, so gets / touch / cas succeeds. A delete tombstone takes
- * its id's low word, an eviction tombstone its derived id's (the same on
- * every node). A FLUSH has no cas: its slot holds flush_at.
+ * cas from its id (fresh_cas: half the low word plus one, never zero and
+ * below 10^19, which clients format into 20-byte buffers); touch and gat
+ * copy the touched item's cas into their new mutation, as memcached keeps
+ * an item's cas across touch, so gets / touch / cas succeeds. A delete
+ * tombstone takes one from its id likewise. A FLUSH has no cas: its slot
+ * holds flush_at.
  *
  * Liveness, death and sweep. An item is *live* (visible to clients) when it
  * is a VALUE, not expired (exptime 0 or > now) and not flushed. An item is
@@ -74,7 +79,9 @@
  *     passed;
  *   - a VALUE: exptime + tombstone_grace has passed, or it is flushed;
  *   - a FLUSH: never; a newer flush replaces it.
- * store_sweep removes dead items from key table, journal and sketch. A
+ * Records die as the mutations they stand for (rec_dead). store_sweep
+ * removes dead items and records from key table, record tables and
+ * sketch. A
  * mutation that is already dead when do_store_apply sees it (a peer's
  * mutation that arrives late) does not enter the set: it is what this node
  * would have swept anyway. If it is newer than the held one, the held one
@@ -101,41 +108,56 @@
  * in which a node learnt of the flush and of the older writes, and cannot
  * come back, while every newer mutation is kept everywhere.
  *
- * Eviction as a tombstone. When a write needs room (memory_limit), the
- * store evicts least-recently-used VALUE items. An evicted item becomes a
- * tombstone with version (evicted.ticks + 1, evicted.node): it beats exactly
- * the evicted write and loses to any later write anywhere. Its id is derived
- * from the evicted id by a fixed mix (the same on every node), so two nodes
- * that evict the same mutation hold the same tombstone and their sets stay
- * equal. Evictions are not reported to the listener; peers learn the
- * tombstone through reconciliation. An eviction tombstone carries the flag
- * bit TOMB_EVICTED (in the flags field, which travels with it) and differs
- * from a delete's in two ways: it leaves the set after EVICT_GRACE seconds
- * (or the grace, if shorter), and it is itself evictable -- it enters the
- * LRU at the head and, when it reaches the tail, is dropped without a new
- * mutation. Dropping it early only risks a peer refilling the evicted value,
- * which is harmless for a cache; without this, a cache under steady memory
- * pressure fills up with tombstones within minutes and refuses every write.
- * Delete tombstones and flushes are never evicted: when only they are left
- * and there is still no room, the write fails with STORE_ERR_NOMEM. Memory is
+ * Eviction is local. When a write needs room (memory_limit, less the
+ * record table), the clock evicts a VALUE item. What that leaves depends
+ * on whether the node replicates (store_options.evict_record_bytes):
+ *   - without a record table (a node without peers): nothing; the value and
+ *     its mutation are gone, as in memcached.
+ *   - with one: a record of the mutation -- gid, version, expiry and
+ *     partition, 32 bytes, no key or value (STORE_KIND_EVICTED) -- takes
+ *     the item's place as the key's current mutation. Its id is the
+ *     value's, so the set, and so the sketches, do not change: a peer that
+ *     kept the value agrees with this node, no round fetches the value
+ *     back, and the peer keeps its copy (an eviction deletes nothing
+ *     anywhere else). A replayed or older write of the key loses to the
+ *     record; any newer write, delete or flush wins over it as over the
+ *     value. A peer that lacks the mutation altogether receives the record
+ *     (keyless, by id) rather than nothing, so that it agrees too.
+ * The record table has a fixed size. When it is full, its oldest record
+ * goes, and becomes a drop (STORE_KIND_DROP): a keyless mutation one tick
+ * newer than the record, in the drops' own table (a quarter of the
+ * entries). A drop is in the set like any mutation, so rounds take it to
+ * every peer, where it beats the value it names (the cluster-wide drop,
+ * the one case where an eviction reaches other nodes: when a node's record
+ * space runs out). A drop leaves every set DROP_GRACE seconds after it was
+ * written. A full drops' table lets its oldest drop go early; a peer may
+ * then refill that value once, which a cache may do. Records and drops are
+ * not reported to the listener (no push): rounds carry them.
+ * Tombstones and flushes are never evicted: when only they are left and
+ * there is still no room, the write fails with STORE_ERR_NOMEM. Memory is
  * accounted by each item's real allocation size when it is linked and
- * unlinked; the room check runs before the key's lock is taken, so concurrent
- * writers may overshoot the limit by at most one item each, and writes whose
- * size depends on the held item (append, prepend, incr, touch) trim the store
- * after they complete.
+ * unlinked; the room check runs before the key's lock is taken, so
+ * concurrent writers may overshoot the limit by at most one item each, and
+ * writes whose size depends on the held item (append, prepend, incr,
+ * touch) trim the store after they complete.
  *
  * Why sets stay equal (Invariant 1). For each key a node holds the newest
- * mutation it has received that is not dead; ids are the mutation's own
- * (random, or derived deterministically for eviction tombstones), never
- * local to a node. Two nodes that received the same mutations hold the same
- * newest mutation per key whatever the order of arrival, and death depends
- * only on the mutation and the clock, so after both have swept their sets
- * (and sketches, which are a function of the set) are equal. The limit:
- * a mutation that arrives more than the grace late may find its key's
- * tombstone already swept and come back.
+ * mutation it has received that is not dead, as an item or a record; ids
+ * are functions of key and version, never local to a node. Two nodes that
+ * received the same mutations hold the same newest mutation per key
+ * whatever the order of arrival and whatever each evicted (a record has
+ * its value's id), and death depends only on the mutation and the clock,
+ * so after both have swept their sets (and sketches, which are a function
+ * of the set) are equal. The limits: a mutation that arrives more than the
+ * grace late may find its key's tombstone already swept and come back; a
+ * drop freed early lets a peer refill its value; and two keys whose 64-bit
+ * gids collide share one record slot (a write of one supersedes the
+ * other's record).
  */
 #define _GNU_SOURCE
 #include "store.h"
+
+#include "evrec.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -156,75 +178,78 @@
 #define NS_PER_S 1000000000ULL
 #define KEY_MAX 250
 #define MAX_STRIPE_BITS 12
-#define LRU_BUMP_SECS 60
-/*
- * Flag bit of a tombstone written by eviction (the flags field of a
- * tombstone is otherwise 0, and travels with the mutation).
- */
-#define TOMB_EVICTED 1u
-/* Seconds an eviction tombstone stays in the set (at most the grace). */
-#define EVICT_GRACE 60
+/* Seconds a drop (STORE_KIND_DROP) stays in the set (at most the grace). */
+#define DROP_GRACE 60
 /* Ticks beyond this are refused so that ticks + 1 can never wrap. */
 #define TICKS_MAX (UINT64_MAX - (1ULL << 32))
 /* Upper bound of evictions one write may cause before giving up. */
 #define EVICT_TRIES (1u << 20)
+/* The eviction clock's age gate (see gate_note). */
+#define GATE_SAMPLES 64
+#define GATE_SKIPS_MAX 256
 
 /* ============================================================== items */
 
-/* Bits of store_item.fbits. */
-#define FETCHED 1u      /* read by a client since written */
-#define PREV_FETCHED 2u /* FETCHED, as it was before the latest read */
+/* Bits of store_item.abits. */
+#define FETCHED 1u /* read by a client since written */
+#define REF                                                                   \
+    2u            /* the eviction clock's second chance: set by a read,       \
+                     cleared by the hand as it passes */
+#define LINKED 4u /* in the key table; changed under the stripe lock */
 
 /*
- * The first 64 bytes hold everything a lookup, a liveness check and a read's
- * bookkeeping touch, so a chain step costs one cache line and a hit two
- * (this one and the key's). Times are unix seconds in 32 bits (to 2106).
+ * An item header is 53 bytes, then the key, then the value, in one
+ * allocation. What it does not hold, and where that comes from instead:
+ *   - the mutation id: derived from key and version (item_id), the same
+ *     on every node, so no journal maps ids to items: the key table does,
+ *     because the id's high word is the key's cluster-wide hash, which
+ *     picks the bucket;
+ *   - the key's hash: recomputed (short chains; a table doubling rehashes
+ *     one stripe);
+ *   - LRU links: eviction is a clock over the key table (REF bit);
+ *   - the store pointer, the accounted size, the encoder's tail: computed
+ *     where needed (alloc_size; the encoder walks from each id's start).
+ * Times are unix seconds in 32 bits (to 2106); an exptime beyond that is
+ * kept as UINT32_MAX.
  */
 struct store_item {
     store_item *hnext; /* key table chain; stripe lock */
-    uint64_t khash;    /* key hash (stripe, bucket) */
-    _Atomic uint32_t refs;
-    uint32_t nvalue;
-    uint8_t nkey;
-    uint8_t kind;
-    uint8_t linked;            /* in the key table; stripe lock */
-    _Atomic uint8_t fbits;     /* FETCHED | PREV_FETCHED */
-    _Atomic uint32_t lru_time; /* latest LRU bump */
-    int64_t exptime;
-    /* The version, flat: a store_version member would pad to 16 bytes. */
-    uint64_t ticks;
-    uint32_t node;
-    _Atomic uint32_t atime;      /* latest access */
-    _Atomic uint32_t prev_atime; /* atime, as it was before the latest read */
-    uint32_t size;               /* accounted bytes */
-    /* second cache line */
-    uint32_t flags;
-    uint16_t part; /* partition (0 when unpartitioned); next to the id, which
-                      every journal walk and set change reads anyway */
-    uint8_t marks; /* STORE_MARK_* (values only); part of the mutation */
-    riblt_id id;
-    /* One slot keeps the header at two cache lines: a FLUSH has no cas. */
+    uint64_t ticks;    /* the version, flat */
     union {
         uint64_t flush_at; /* STORE_KIND_FLUSH */
         uint64_t cas;      /* every other kind */
     };
-    struct store *st;
-    store_item *jnext;         /* journal chain; set lock */
-    store_item *lprev, *lnext; /* LRU list; LRU lock */
-    /* third line, read only when the replication builds an encoder */
-    uint64_t tail; /* where the id's mapping leaves the sketch: index << 8
-                      | steps (riblt_tail); 0 = not recorded */
-    char data[];   /* key, then value */
+    uint32_t node;
+    uint32_t nvalue;
+    uint32_t flags;
+    uint32_t exptime;       /* absolute unix seconds, 0 = never */
+    _Atomic uint32_t atime; /* latest access */
+    _Atomic uint32_t refs;
+    uint16_t part; /* partition (0 when unpartitioned) */
+    uint8_t nkey;
+    uint8_t km;            /* kind (low 3 bits) | marks << 3 */
+    _Atomic uint8_t abits; /* FETCHED | REF | LINKED */
+    char data[];           /* key, then value */
 };
 
-_Static_assert(offsetof(struct store_item, prev_atime) + 4 <= 64,
-               "lookup fields fit the first cache line");
-_Static_assert(offsetof(struct store_item, part) >= 64 &&
-                   offsetof(struct store_item, jnext) + 8 <= 128,
-               "partition, id and journal link share the second line");
-_Static_assert(offsetof(struct store_item, tail) == 128,
-               "everything but the encoder's tail fits two lines");
-_Static_assert(sizeof(struct store_item) == 136, "the header stays small");
+#define ITEM_HDR offsetof(struct store_item, data)
+_Static_assert(offsetof(struct store_item, data) == 53,
+               "the header stays at 53 bytes");
+
+static inline uint8_t item_kind(const store_item *it)
+{
+    return it->km & 7u;
+}
+
+static inline uint8_t item_marks(const store_item *it)
+{
+    return (uint8_t)(it->km >> 3);
+}
+
+static inline void item_set_marks(store_item *it, uint8_t marks)
+{
+    it->km = (uint8_t)((it->km & 7u) | (marks & STORE_MARKS_ALL) << 3);
+}
 
 static inline store_version item_version(const store_item *it)
 {
@@ -232,28 +257,140 @@ static inline store_version item_version(const store_item *it)
     return v;
 }
 
-/*
- * Packs a riblt_tail into one word: index << 8 | steps. Tails that do not
- * fit (an index of 2^56 or more, more than 255 steps: neither happens with
- * sketches of sane size) are not recorded (0), and the encoder then walks
- * that id from the beginning.
- */
-static uint64_t tail_pack(const riblt_tail *t)
+/* An absolute expiry as an item keeps it (see struct store_item). */
+static inline uint32_t exptime_pack(int64_t e)
 {
-    if (t->index >= ((uint64_t)1 << 56) || t->steps == 0 || t->steps > 255)
-        return 0;
-    return t->index << 8 | t->steps;
+    if (e <= 0)
+        return e == 0 ? 0 : 1; /* negative: expired long ago */
+    return e >= (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)e;
+}
+
+/* ============================================================ key ids */
+
+static inline uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static inline uint64_t le64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+#define SIP_ROUND(v0, v1, v2, v3)                                             \
+    do {                                                                      \
+        v0 += v1;                                                             \
+        v1 = rotl(v1, 13) ^ v0;                                               \
+        v0 = rotl(v0, 32);                                                    \
+        v2 += v3;                                                             \
+        v3 = rotl(v3, 16) ^ v2;                                               \
+        v0 += v3;                                                             \
+        v3 = rotl(v3, 21) ^ v0;                                               \
+        v2 += v1;                                                             \
+        v1 = rotl(v1, 17) ^ v2;                                               \
+        v2 = rotl(v2, 32);                                                    \
+    } while (0)
+
+/* The fixed SipHash key of key_gid: part of the peer protocol. */
+#define GID_K0 0x7269626c74636163ULL
+#define GID_K1 0x68652d6b65796964ULL
+
+/*
+ * The cluster-wide 64-bit hash of a key: SipHash-1-3 under a fixed key,
+ * the same on every node (it is the high word of every mutation id). The
+ * key table's buckets come from it through a per-store secret mix
+ * (bucket_hash): a client can compute this hash, but to pile keys into one
+ * bucket it would need full 64-bit collisions of a keyed PRF, not just
+ * bucket collisions.
+ */
+static uint64_t key_gid(const char *key, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)key;
+    uint64_t v0 = GID_K0 ^ 0x736f6d6570736575ULL;
+    uint64_t v1 = GID_K1 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = GID_K0 ^ 0x6c7967656e657261ULL;
+    uint64_t v3 = GID_K1 ^ 0x7465646279746573ULL;
+    uint64_t m, last = (uint64_t)(n & 0xff) << 56;
+    size_t i, rest = n & 7;
+
+    for (i = 0; i + 8 <= n; i += 8) {
+        m = le64(p + i);
+        v3 ^= m;
+        SIP_ROUND(v0, v1, v2, v3);
+        v0 ^= m;
+    }
+    for (size_t j = 0; j < rest; j++)
+        last |= (uint64_t)p[i + j] << (8 * j);
+    v3 ^= last;
+    SIP_ROUND(v0, v1, v2, v3);
+    v0 ^= last;
+    v2 ^= 0xff;
+    SIP_ROUND(v0, v1, v2, v3);
+    SIP_ROUND(v0, v1, v2, v3);
+    SIP_ROUND(v0, v1, v2, v3);
+    m = v0 ^ v1 ^ v2 ^ v3;
+    return m != 0 ? m : 1; /* 0 marks a free record slot */
+}
+
+static inline uint64_t mum(uint64_t a, uint64_t b)
+{
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+#define K0 0xa0761d6478bd642fULL
+#define K1 0xe7037ed1a0b428dbULL
+#define K3 0x589965cc75374cc3ULL
+
+/*
+ * The id of the mutation (key, version): high word the key's gid, low word
+ * a mix of gid, ticks and node (never zero). A node writes each tick once,
+ * so two mutations of one key never share an id; two keys would need equal
+ * gids and an unlucky mix.
+ */
+static riblt_id make_id(uint64_t gid, uint64_t ticks, uint32_t node)
+{
+    riblt_id id;
+
+    id.hi = gid;
+    id.lo =
+        mum(ticks ^ K0, gid ^ K1) ^ mum((uint64_t)node ^ K3, rotl(gid, 29));
+    if (id.lo == 0)
+        id.lo = 1;
+    return id;
+}
+
+static inline riblt_id item_id(const store_item *it)
+{
+    return make_id(key_gid(it->data, it->nkey), it->ticks, it->node);
+}
+
+riblt_id store_mutation_id(const store_mutation *m)
+{
+    const char *key = m->nkey ? m->key : "";
+    return make_id(key_gid(key, m->nkey), m->version.ticks, m->version.node);
+}
+
+/* The cas a new value takes: from its id, non-zero and below 10^19. */
+static inline uint64_t fresh_cas(const riblt_id *id)
+{
+    return (id->lo >> 1) + 1;
 }
 
 /* ============================================================== store */
 
 /*
  * One partition's share of the set: its sketch and counters, all under the
- * set lock (they change with the journal).
+ * set lock (they change with the set).
  */
 struct part {
     riblt_sketch *sk;
-    uint64_t mutations; /* journal entries of this partition */
+    uint64_t mutations; /* set entries of this partition */
     uint64_t items;     /* of them, VALUE items */
     uint64_t bytes;     /* their accounted size */
 };
@@ -276,16 +413,33 @@ struct store {
     _Atomic uint64_t clock_last; /* hybrid clock */
     _Atomic uint64_t flush_at;   /* the held flush's flush_at; 0 = none */
 
-    pthread_mutex_t set_lock; /* journal + partitions' sketches */
-    store_item **jbuckets;
-    uint64_t jmask;
-    uint64_t jcount;
-    struct part *parts; /* P + 1 (partitioned) or 1; set lock */
+    pthread_mutex_t set_lock; /* partitions' sketches and counters */
+    uint64_t set_count;       /* mutations in the set; set lock */
+    struct part *parts;       /* P + 1 (partitioned) or 1; set lock */
     uint32_t nparts;
     size_t sk_symbols; /* length of each partition's sketch */
 
-    pthread_mutex_t lru_lock;
-    store_item *lru_head, *lru_tail;
+    pthread_mutex_t evict_lock; /* the eviction clock's hand */
+    size_t hand_stripe;
+    uint64_t hand_bucket;
+    uint64_t gate;               /* evict unread items written before this
+                                    (ticks); UINT64_MAX until known */
+    uint64_t ages[GATE_SAMPLES]; /* ticks of recent candidates */
+    uint64_t nages;
+
+    /* Keyless records (evicted values, drops); see "Eviction is local". */
+    pthread_mutex_t rec_lock;
+    evrec *recs;                 /* STORE_KIND_EVICTED; NULL: evictions leave
+                                    nothing */
+    evrec *droptab;              /* STORE_KIND_DROP: grows and shrinks, its
+                                    slots counted in mem_used */
+    size_t drop_cap0;            /* its first capacity */
+    _Atomic size_t nrecs;        /* entries of both, for a lock-free "none" */
+    uint64_t rec_evicted;        /* STORE_KIND_EVICTED entries; rec_lock */
+    uint64_t rec_drops;          /* STORE_KIND_DROP entries; rec_lock */
+    uint64_t rec_cursor[2];      /* sweep's place in each table; rec_lock */
+    uint64_t drop_rec_cursor[2]; /* drop's; rec_lock */
+    size_t item_limit;           /* memory_limit less the record table */
 
     pthread_mutex_t sweep_lock; /* sweep and drop cursors */
     size_t sweep_stripe;
@@ -299,7 +453,7 @@ struct store {
 
     _Atomic uint64_t curr_items, total_items, bytes, evictions,
         expired_unfetched, evicted_unfetched, reclaimed, tombstones,
-        applied_remote, stale_remote, swept, dropped;
+        applied_remote, stale_remote, swept, dropped, drops_written;
 };
 
 /* One reading of the clocks, taken once per operation. */
@@ -361,68 +515,10 @@ int store_version_cmp(const store_version *a, const store_version *b)
     return 0;
 }
 
-static inline uint64_t mum(uint64_t a, uint64_t b)
+/* The key table's hash of a gid: a mix under this store's secret. */
+static inline uint64_t bucket_hash(const uint64_t sec[2], uint64_t gid)
 {
-    __uint128_t r = (__uint128_t)a * b;
-    return (uint64_t)r ^ (uint64_t)(r >> 64);
-}
-
-static inline uint64_t rd64(const unsigned char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-static inline uint64_t rd32(const unsigned char *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-#define K0 0xa0761d6478bd642fULL
-#define K1 0xe7037ed1a0b428dbULL
-#define K3 0x589965cc75374cc3ULL
-
-/*
- * Keyed 64-bit hash of a key: 16-byte blocks folded with a 64x64->128
- * multiply, the tail read with overlapping loads. Fast for memcached-sized
- * keys. Every multiply has a secret (per-store random) term in each
- * operand, so a client cannot zero one out with chosen bytes and make keys
- * collide.
- */
-static uint64_t key_hash(const uint64_t sec[2], const char *key, size_t n)
-{
-    const unsigned char *p = (const unsigned char *)key;
-    uint64_t h = sec[0] ^ mum(n ^ K0, K1);
-    uint64_t a, b;
-
-    while (n > 16) {
-        h = mum(rd64(p) ^ sec[1], rd64(p + 8) ^ h);
-        p += 16;
-        n -= 16;
-    }
-    if (n > 8) {
-        a = rd64(p);
-        b = rd64(p + n - 8);
-    } else if (n >= 4) {
-        a = rd32(p);
-        b = rd32(p + n - 4);
-    } else if (n > 0) {
-        a = ((uint64_t)p[0] << 16) | ((uint64_t)p[n >> 1] << 8) | p[n - 1];
-        b = 0;
-    } else {
-        a = b = 0;
-    }
-    return mum(K3 ^ n ^ sec[0], mum(a ^ sec[1], b ^ h));
-}
-
-/* Journal bucket hash of an id (keyed the same way: ids come from peers). */
-static inline uint64_t id_bucket_hash(const uint64_t sec[2],
-                                      const riblt_id *id)
-{
-    return mum(id->lo ^ sec[0], id->hi ^ sec[1]);
+    return mum(mum(gid ^ sec[0], K1 ^ sec[1]), K3);
 }
 
 static inline uint64_t splitmix(uint64_t *x)
@@ -466,11 +562,6 @@ static void rng_seed(void)
     rng_ready = 1;
 }
 
-static inline uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
 static uint64_t rng_next(void)
 {
     if (!rng_ready)
@@ -484,34 +575,6 @@ static uint64_t rng_next(void)
     rng_s[2] ^= t;
     rng_s[3] = rotl(rng_s[3], 45);
     return r;
-}
-
-/* A fresh mutation id; lo is never zero, so neither the id nor its cas is. */
-static riblt_id new_id(void)
-{
-    riblt_id id;
-    do
-        id.lo = rng_next();
-    while (id.lo == 0);
-    id.hi = rng_next();
-    return id;
-}
-
-/*
- * The id of the tombstone that evicts mutation `id`: a fixed bijective mix,
- * so every node evicting the same mutation writes the same tombstone.
- */
-static riblt_id eviction_id(const riblt_id *id)
-{
-    uint64_t x = id->lo ^ 0x3c6ef372fe94f82bULL;
-    uint64_t y = id->hi ^ 0xa54ff53a5f1d36f1ULL;
-    riblt_id out;
-
-    out.lo = splitmix(&x) ^ y;
-    out.hi = splitmix(&y) ^ out.lo;
-    if (out.lo == 0)
-        out.lo = 1;
-    return out;
 }
 
 static uint64_t realtime_ns(void *arg)
@@ -556,19 +619,25 @@ static void clock_catch_up(store *s, uint64_t t)
         ;
 }
 
-static size_t alloc_size(void *p, size_t asked)
+static size_t alloc_size(const void *p, size_t asked)
 {
 #ifdef HAVE_JEMALLOC
-    size_t n = sallocx(p, 0);
+    size_t n = sallocx((void *)p, 0);
 #else
-    size_t n = malloc_usable_size(p);
+    size_t n = malloc_usable_size((void *)p);
 #endif
     return n > asked ? n : asked;
 }
 
 static inline size_t item_total(size_t nkey, size_t nvalue)
 {
-    return sizeof(store_item) + nkey + nvalue;
+    return ITEM_HDR + nkey + nvalue;
+}
+
+/* The bytes an item is accounted for: its real allocation. */
+static inline size_t item_size(const store_item *it)
+{
+    return alloc_size(it, item_total(it->nkey, it->nvalue));
 }
 
 static inline char *item_value_ptr(store_item *it)
@@ -599,33 +668,24 @@ static inline uint32_t key_part(const store *s, const char *key, size_t nkey)
  * the caller to fill. Returns NULL when out of memory.
  */
 static store_item *item_new(store *s, uint8_t kind, const char *key,
-                            size_t nkey, uint64_t khash, size_t nvalue)
+                            size_t nkey, size_t nvalue)
 {
     size_t total = item_total(nkey, nvalue);
-    store_item *it = malloc(total);
+    /* At least the struct's padded size, so that no access through the
+     * struct type reads past the allocation. */
+    store_item *it = malloc(total > sizeof(*it) ? total : sizeof(*it));
 
     if (it == NULL)
         return NULL;
-    memset(it, 0, sizeof(*it));
+    memset(it, 0, ITEM_HDR);
     atomic_init(&it->refs, 1);
-    it->kind = kind;
+    it->km = kind & 7u;
     it->nkey = (uint8_t)nkey;
     it->nvalue = (uint32_t)nvalue;
-    it->khash = khash;
-    it->st = s;
-    it->size = (uint32_t)alloc_size(it, total);
     it->part = (uint16_t)key_part(s, key, nkey);
     if (nkey)
         memcpy(it->data, key, nkey);
     return it;
-}
-
-/* Sets the id and, for kinds that have one, the cas derived from it. */
-static void item_set_id(store_item *it, const riblt_id *id)
-{
-    it->id = *id;
-    if (it->kind != STORE_KIND_FLUSH)
-        it->cas = id->lo;
 }
 
 void store_item_ref(store_item *it)
@@ -667,50 +727,38 @@ int64_t store_item_exptime(const store_item *it)
 
 uint64_t store_item_cas(const store_item *it)
 {
-    return it->kind == STORE_KIND_FLUSH ? 0 : it->cas;
+    return item_kind(it) == STORE_KIND_FLUSH ? 0 : it->cas;
 }
 
 uint8_t store_item_kind(const store_item *it)
 {
-    return it->kind;
+    return item_kind(it);
 }
 
 uint8_t store_item_marks(const store_item *it)
 {
-    return it->marks;
-}
-
-/*
- * Seconds between the access before the most recent read (store_get or
- * store_gat) of this item and now: what meta 'l' reports to the reader that
- * just fetched it. The store must still exist.
- */
-int64_t store_item_last_access(const store_item *it)
-{
-    int64_t now = (int64_t)(wall_ns(it->st) / NS_PER_S);
-    int64_t d = now - (int64_t)atomic_load_explicit(&it->prev_atime, RELAXED);
-    return d > 0 ? d : 0;
-}
-
-/*
- * Whether the item had been read by a client before its most recent read:
- * what meta 'h' reports to the reader that just fetched it.
- */
-bool store_item_fetched(const store_item *it)
-{
-    return (atomic_load_explicit(&it->fbits, RELAXED) & PREV_FETCHED) != 0;
+    return item_marks(it);
 }
 
 void store_item_mutation(const store_item *it, store_mutation *out)
 {
     memset(out, 0, sizeof(*out));
-    out->id = it->id;
+    if (item_kind(it) == STORE_KIND_DROP) {
+        /* A drop handed to the listener (drop_item): keyless. */
+        out->id = make_id(it->cas, it->ticks, it->node);
+        out->version = item_version(it);
+        out->kind = STORE_KIND_DROP;
+        out->exptime = it->exptime;
+        out->flags = it->part;
+        return;
+    }
+    out->id = item_id(it);
     out->version = item_version(it);
-    out->kind = it->kind;
-    out->marks = it->marks;
+    out->kind = item_kind(it);
+    out->marks = item_marks(it);
     out->flags = it->flags;
     out->exptime = it->exptime;
-    if (it->kind == STORE_KIND_FLUSH)
+    if (item_kind(it) == STORE_KIND_FLUSH)
         out->flush_at = it->flush_at;
     else
         out->cas = it->cas;
@@ -730,16 +778,19 @@ static inline bool item_flushed(store *s, const store_item *it, const tnow *t)
 {
     uint64_t f = atomic_load_explicit(&s->flush_at, memory_order_acquire);
 
-    return f != 0 && it->kind != STORE_KIND_FLUSH && it->ticks <= f &&
+    return f != 0 && item_kind(it) != STORE_KIND_FLUSH && it->ticks <= f &&
            t->peek >= f;
+}
+
+static inline bool item_expired(const store_item *it, const tnow *t)
+{
+    return it->exptime != 0 && (int64_t)it->exptime <= t->s;
 }
 
 /* Visible to clients: a VALUE neither expired nor flushed. */
 static bool item_live(store *s, const store_item *it, const tnow *t)
 {
-    if (it->kind != STORE_KIND_VALUE)
-        return false;
-    if (it->exptime != 0 && it->exptime <= t->s)
+    if (item_kind(it) != STORE_KIND_VALUE || item_expired(it, t))
         return false;
     return !item_flushed(s, it, t);
 }
@@ -749,22 +800,20 @@ static bool item_dead(store *s, const store_item *it, const tnow *t)
 {
     int64_t grace = (int64_t)s->opt.tombstone_grace;
 
-    switch (it->kind) {
+    switch (item_kind(it)) {
     case STORE_KIND_TOMBSTONE: {
         if (item_flushed(s, it, t))
             return true;
-        int64_t born =
-            it->exptime > 0 ? it->exptime : (int64_t)(it->ticks / NS_PER_S);
-        if ((it->flags & TOMB_EVICTED) && grace > EVICT_GRACE)
-            grace = EVICT_GRACE;
-        /* Compared as now - grace: born and exptime may be as large as
-         * a peer sends (up to INT64_MAX), and adding would overflow. */
+        int64_t born = it->exptime > 0 ? (int64_t)it->exptime
+                                       : (int64_t)(it->ticks / NS_PER_S);
+        /* Compared as now - grace: born may be as large as ticks a peer
+         * sends allow, and adding would overflow. */
         return t->s - grace >= born;
     }
     case STORE_KIND_VALUE:
         if (item_flushed(s, it, t))
             return true;
-        return it->exptime != 0 && t->s - grace >= it->exptime;
+        return it->exptime != 0 && t->s - grace >= (int64_t)it->exptime;
     default:
         return false;
     }
@@ -777,22 +826,42 @@ static inline struct stripe *stripe_of(store *s, uint64_t h)
     return &s->stripes[h & (s->nstripes - 1)];
 }
 
+static inline store_item **bucket_of(struct stripe *sp, uint64_t h)
+{
+    return &sp->buckets[(h >> 32) & sp->mask];
+}
+
 /*
- * The slot holding key in sp (caller holds sp->lock): *slot is the item, or
- * NULL with slot pointing at the end of the bucket's chain.
+ * The slot holding key in sp (caller holds sp->lock; h is the key's
+ * bucket_hash): *slot is the item, or NULL with slot pointing at the end of
+ * the bucket's chain.
  */
 static store_item **stripe_slot(struct stripe *sp, uint64_t h, const char *key,
                                 size_t nkey)
 {
-    store_item **pp = &sp->buckets[(h >> 32) & sp->mask];
+    store_item **pp = bucket_of(sp, h);
 
     for (; *pp != NULL; pp = &(*pp)->hnext) {
         store_item *it = *pp;
-        if (it->khash == h && it->nkey == nkey &&
+        if (it->nkey == nkey &&
             (nkey == 0 || memcmp(it->data, key, nkey) == 0))
             break;
     }
     return pp;
+}
+
+/* The item whose mutation id is *id, or NULL (caller holds its stripe). */
+static store_item *stripe_find_id(struct stripe *sp, uint64_t h,
+                                  const riblt_id *id)
+{
+    for (store_item *it = *bucket_of(sp, h); it != NULL; it = it->hnext) {
+        if (key_gid(it->data, it->nkey) != id->hi)
+            continue;
+        riblt_id mine = make_id(id->hi, it->ticks, it->node);
+        if (mine.lo == id->lo)
+            return it;
+    }
+    return NULL;
 }
 
 /* Doubles sp's buckets (caller holds sp->lock); no-op without memory. */
@@ -810,7 +879,8 @@ static void stripe_grow(store *s, struct stripe *sp)
         store_item *it = sp->buckets[i];
         while (it != NULL) {
             store_item *next = it->hnext;
-            uint64_t b = (it->khash >> 32) & (n - 1);
+            uint64_t h = bucket_hash(s->seed, key_gid(it->data, it->nkey));
+            uint64_t b = (h >> 32) & (n - 1);
             it->hnext = nb[b];
             nb[b] = it;
             it = next;
@@ -822,45 +892,13 @@ static void stripe_grow(store *s, struct stripe *sp)
     sp->mask = n - 1;
 }
 
-/* =========================================================== journal */
-
-/* Finds id in the journal (caller holds set_lock). */
-static store_item *journal_find(store *s, const riblt_id *id)
-{
-    store_item *it = s->jbuckets[id_bucket_hash(s->seed, id) & s->jmask];
-
-    for (; it != NULL; it = it->jnext)
-        if (it->id.lo == id->lo && it->id.hi == id->hi)
-            return it;
-    return NULL;
-}
-
-static void journal_grow(store *s)
-{
-    uint64_t n = (s->jmask + 1) * 2;
-    store_item **nb = calloc(n, sizeof(*nb));
-
-    if (nb == NULL)
-        return;
-    for (uint64_t i = 0; i <= s->jmask; i++) {
-        store_item *it = s->jbuckets[i];
-        while (it != NULL) {
-            store_item *next = it->jnext;
-            uint64_t b = id_bucket_hash(s->seed, &it->id) & (n - 1);
-            it->jnext = nb[b];
-            nb[b] = it;
-            it = next;
-        }
-    }
-    free(s->jbuckets);
-    s->jbuckets = nb;
-    s->jmask = n - 1;
-}
+/* =============================================================== set */
 
 /*
- * Journal and sketch always change together, under set_lock; the helpers
- * below change the journal only and leave the sketch to their caller, who
- * may then merge a removal and an addition into one sketch walk.
+ * The set is exactly the items linked in the key table: an item enters it
+ * when do_store_apply links it and leaves when it is unlinked. The key
+ * table finds an id (its high word picks the bucket); the partitions'
+ * sketches and counters, under set_lock, follow every change.
  */
 
 /* Counts it in (sign 1) or out (-1) of its partition (set_lock held). */
@@ -868,115 +906,269 @@ static inline void part_count(store *s, const store_item *it, int sign)
 {
     struct part *pt = &s->parts[it->part];
 
+    s->set_count += (uint64_t)(int64_t)sign;
     pt->mutations += (uint64_t)(int64_t)sign;
-    if (it->kind == STORE_KIND_VALUE) {
+    if (item_kind(it) == STORE_KIND_VALUE) {
         pt->items += (uint64_t)(int64_t)sign;
-        pt->bytes += (uint64_t)((int64_t)sign * it->size);
+        pt->bytes += (uint64_t)((int64_t)sign * (int64_t)item_size(it));
     }
 }
 
-/* Links it into the journal (caller holds set_lock). */
-static void journal_link(store *s, store_item *it)
+/* Takes it out of counters and sketch (caller holds its stripe lock). */
+static void set_remove(store *s, store_item *it)
 {
-    store_item **b = &s->jbuckets[id_bucket_hash(s->seed, &it->id) & s->jmask];
+    riblt_id id = item_id(it);
+    uint64_t h = riblt_hash(&id);
 
-    it->jnext = *b;
-    *b = it;
-    s->jcount++;
-    part_count(s, it, 1);
-    if (s->jcount > (s->jmask + 1) + (s->jmask + 1) / 2)
-        journal_grow(s);
+    pthread_mutex_lock(&s->set_lock);
+    part_count(s, it, -1);
+    riblt_sketch_remove_hashed(s->parts[it->part].sk, &id, h);
+    pthread_mutex_unlock(&s->set_lock);
 }
 
-/* Unlinks it from the journal (caller holds set_lock); false if absent. */
-static bool journal_unlink(store *s, store_item *it)
-{
-    store_item **pp =
-        &s->jbuckets[id_bucket_hash(s->seed, &it->id) & s->jmask];
+/* =========================================================== records */
 
-    for (; *pp != NULL; pp = &(*pp)->jnext) {
-        if (*pp == it) {
-            *pp = it->jnext;
-            it->jnext = NULL;
-            s->jcount--;
-            part_count(s, it, -1);
-            return true;
+/*
+ * Keyless records: what eviction leaves on a replicating node
+ * (STORE_KIND_EVICTED) and the cluster-wide drops written when their table
+ * overflows (STORE_KIND_DROP), in s->recs and s->droptab under rec_lock.
+ * A record is the current mutation of its gid exactly as an item is of its
+ * key: a gid has
+ * an item or a record, never both, and both kinds are in the set. Every
+ * change of a gid's record happens under the stripe lock of that gid,
+ * except the conversion of an overflowing record into a drop, which only
+ * rec_lock covers (writers of that gid take rec_lock before they look).
+ * Lock order: stripe -> rec_lock -> set_lock.
+ */
+
+static inline riblt_id rec_id(const evrec_entry *e)
+{
+    return make_id(e->gid, e->ticks, e->node);
+}
+
+static inline store_version rec_version(const evrec_entry *e)
+{
+    store_version v = {e->ticks, e->node};
+    return v;
+}
+
+/* Counts e in (1) or out (-1) of the set and the record counters
+ * (rec_lock and set_lock held). */
+static void rec_count(store *s, const evrec_entry *e, int sign)
+{
+    s->set_count += (uint64_t)(int64_t)sign;
+    s->parts[e->part].mutations += (uint64_t)(int64_t)sign;
+    if (e->kind == STORE_KIND_DROP)
+        s->rec_drops += (uint64_t)(int64_t)sign;
+    else
+        s->rec_evicted += (uint64_t)(int64_t)sign;
+}
+
+/* Takes e out of the set: counters and sketch (rec_lock held). */
+static void rec_set_remove(store *s, const evrec_entry *e)
+{
+    riblt_id id = rec_id(e);
+    uint64_t h = riblt_hash(&id);
+
+    pthread_mutex_lock(&s->set_lock);
+    rec_count(s, e, -1);
+    riblt_sketch_remove_hashed(s->parts[e->part].sk, &id, h);
+    pthread_mutex_unlock(&s->set_lock);
+}
+
+/* Due to leave the set, as item_dead says for the mutations they stand
+ * for: an evicted value's record when the value would be, a drop
+ * DROP_GRACE seconds after it was written. */
+static bool rec_dead(store *s, const evrec_entry *e, const tnow *t)
+{
+    uint64_t f = atomic_load_explicit(&s->flush_at, memory_order_acquire);
+    int64_t grace = (int64_t)s->opt.tombstone_grace;
+
+    if (f != 0 && e->ticks <= f && t->peek >= f)
+        return true;
+    if (e->kind == STORE_KIND_DROP) {
+        int64_t born = e->exptime > 0 ? (int64_t)e->exptime
+                                      : (int64_t)(e->ticks / NS_PER_S);
+        if (grace > DROP_GRACE)
+            grace = DROP_GRACE;
+        return t->s - grace >= born;
+    }
+    return e->exptime != 0 && t->s - grace >= (int64_t)e->exptime;
+}
+
+static inline void recs_sync(store *s)
+{
+    atomic_store_explicit(
+        &s->nrecs, evrec_count(s->recs) + evrec_count(s->droptab), RELAXED);
+}
+
+/* gid's record, in either table (rec_lock held). */
+static bool recs_find(store *s, uint64_t gid, evrec_entry *e)
+{
+    return evrec_find(s->recs, gid, e) || evrec_find(s->droptab, gid, e);
+}
+
+/* Removes gid's record from its table (rec_lock held); not the set. */
+static void recs_remove(store *s, uint64_t gid)
+{
+    if (!evrec_remove(s->recs, gid, NULL))
+        evrec_remove(s->droptab, gid, NULL);
+}
+
+/* evrec_walk over both tables, records first (cursors: one each). */
+static size_t recs_walk(store *s, uint64_t cursor[2], size_t budget,
+                        evrec_fn fn, void *arg)
+{
+    size_t n = evrec_walk(s->recs, &cursor[0], budget, fn, arg);
+    return n + evrec_walk(s->droptab, &cursor[1], budget, fn, arg);
+}
+
+/*
+ * Gives the drops' table `cap` entries, its memory counted in mem_used
+ * (rec_lock held). false when memory is lacking.
+ */
+static bool drops_resize(store *s, size_t cap)
+{
+    size_t old = evrec_capacity(s->droptab);
+
+    if (evrec_resize(s->droptab, cap) != 0)
+        return false;
+    if (cap > old)
+        atomic_fetch_add_explicit(&s->mem_used,
+                                  (cap - old) * EVREC_ENTRY_BYTES, RELAXED);
+    else
+        atomic_fetch_sub_explicit(&s->mem_used,
+                                  (old - cap) * EVREC_ENTRY_BYTES, RELAXED);
+    return true;
+}
+
+/*
+ * Puts e, already counted in the set, into its table (rec_lock held). The
+ * records' table has a fixed size and gives up its oldest entry when full:
+ * that record becomes a drop one tick newer, so that peers holding its
+ * value let it go too. The drops' table grows instead (its memory counted
+ * against the limit like items', so writes evict to pay for it): a drop
+ * must stay until every peer has it, and one let go early would come back
+ * from a peer at the next round, pushing out another, for as long as the
+ * drops live. Only when memory for growing is lacking does the oldest
+ * drop go early (a peer may then refill its value).
+ */
+/*
+ * An unlinked item that stands for drop d, for the listener (which pushes
+ * it at once, so that peers let the value go while the drop is young):
+ * kind STORE_KIND_DROP, no key, the gid in the cas slot; see
+ * store_item_mutation. NULL without memory (rounds carry the drop then).
+ */
+static store_item *drop_item(store *s, const evrec_entry *d)
+{
+    store_item *it = item_new(s, STORE_KIND_DROP, "", 0, 0);
+
+    if (it == NULL)
+        return NULL;
+    it->ticks = d->ticks;
+    it->node = d->node;
+    it->exptime = d->exptime;
+    it->part = d->part;
+    it->cas = d->gid;
+    return it;
+}
+
+static void rec_put(store *s, const evrec_entry *e, const tnow *t,
+                    store_item **note)
+{
+    evrec_entry x, d; /* d outlives the branch: e may point at it */
+
+    if (e->kind == STORE_KIND_EVICTED) {
+        if (!evrec_put(s->recs, e, &x)) {
+            recs_sync(s);
+            return;
         }
+        d = x;
+        d.kind = STORE_KIND_DROP;
+        d.ticks = x.ticks + 1;
+        d.exptime = exptime_pack(t->s);
+        clock_catch_up(s, d.ticks);
+        riblt_id oid = rec_id(&x), nid = rec_id(&d);
+        uint64_t oh = riblt_hash(&oid), nh = riblt_hash(&nid);
+        pthread_mutex_lock(&s->set_lock);
+        rec_count(s, &x, -1);
+        riblt_sketch_replace_hashed(s->parts[x.part].sk, &oid, oh, &nid, nh);
+        rec_count(s, &d, 1);
+        pthread_mutex_unlock(&s->set_lock);
+        COUNT_ADD(s, drops_written, 1);
+        if (note != NULL && *note == NULL && s->listener != NULL)
+            *note = drop_item(s, &d);
+        e = &d;
     }
+    size_t cap = evrec_capacity(s->droptab);
+    if (evrec_count(s->droptab) >= cap)
+        drops_resize(s, cap * 2);
+    if (evrec_put(s->droptab, e, &x))
+        rec_set_remove(s, &x);
+    recs_sync(s);
+}
+
+/*
+ * Locks rec_lock and looks gid's record up when the tables may hold any.
+ * Returns true with rec_lock held and *e filled when there is one; false
+ * with rec_lock not held otherwise.
+ */
+static bool rec_lookup(store *s, uint64_t gid, evrec_entry *e)
+{
+    if (s->recs == NULL || atomic_load_explicit(&s->nrecs, RELAXED) == 0)
+        return false;
+    pthread_mutex_lock(&s->rec_lock);
+    if (recs_find(s, gid, e))
+        return true;
+    pthread_mutex_unlock(&s->rec_lock);
     return false;
 }
 
-/* Removes it from journal and sketch (caller holds set_lock). */
-static void set_remove(store *s, store_item *it)
-{
-    if (journal_unlink(s, it))
-        riblt_sketch_remove(s->parts[it->part].sk, &it->id);
-}
+static void notify(store *s, store_item *it, bool local);
 
-/* =============================================================== LRU */
+/* ===================================================== eviction clock */
 
 /*
- * The LRU holds the items eviction may take: live or expired values, and
- * eviction tombstones (dropping one only lets a peer refill the evicted
- * value, which a cache may do). Delete tombstones and flushes never go.
+ * Eviction is a clock over the key table: items carry a REF bit, clear
+ * when they are linked and set whenever a client reads them; the hand
+ * walks the table bucket by bucket, clearing REF bits, and takes the first
+ * evictable item it finds without one (or an expired one at once). An item
+ * thus stays until the hand reaches it, and one more turn of the hand for
+ * every time it was read in between: second-chance LRU (CLOCK), with no
+ * list to keep in order, so a read costs no lock beyond its stripe's and
+ * the header no links. A new item has no REF bit: the hand's position is
+ * unrelated to write order, so a write-only stream is evicted in table
+ * order, and protecting new items too would make the hand clear a whole
+ * table of them before its first eviction.
+ *
+ * The clock takes live or expired values only. Tombstones and flushes
+ * never go.
  */
-static inline bool in_lru(const store_item *it)
+static inline bool evictable(const store_item *it)
 {
-    return it->kind == STORE_KIND_VALUE ||
-           (it->kind == STORE_KIND_TOMBSTONE && (it->flags & TOMB_EVICTED));
-}
-
-/* Caller holds lru_lock. */
-static void lru_unlink_locked(store *s, store_item *it)
-{
-    if (it->lprev)
-        it->lprev->lnext = it->lnext;
-    else
-        s->lru_head = it->lnext;
-    if (it->lnext)
-        it->lnext->lprev = it->lprev;
-    else
-        s->lru_tail = it->lprev;
-    it->lprev = it->lnext = NULL;
-}
-
-/* Caller holds lru_lock. */
-static void lru_push_head_locked(store *s, store_item *it)
-{
-    it->lprev = NULL;
-    it->lnext = s->lru_head;
-    if (s->lru_head)
-        s->lru_head->lprev = it;
-    else
-        s->lru_tail = it;
-    s->lru_head = it;
+    return item_kind(it) == STORE_KIND_VALUE;
 }
 
 /*
  * Records a client read of a linked item (caller holds its stripe lock):
- * access time and fetched flag, keeping the previous values for meta, and an
- * LRU bump at most once per LRU_BUMP_SECS.
+ * access time, fetched and REF bits. *prev gets the state before this read
+ * (for meta 'l' and 'h'), when prev is not NULL.
  */
-static void item_access(store *s, store_item *it, const tnow *t)
+static void item_access(store_item *it, const tnow *t, store_read_info *prev)
 {
-    uint8_t was = atomic_load_explicit(&it->fbits, RELAXED);
-    uint32_t prev =
-        atomic_exchange_explicit(&it->atime, (uint32_t)t->s, RELAXED);
+    uint32_t was_at = atomic_load_explicit(&it->atime, RELAXED);
+    uint8_t was = atomic_load_explicit(&it->abits, RELAXED);
 
-    /* Racing readers may both see "not fetched": harmless for meta 'h'. */
-    atomic_store_explicit(
-        &it->fbits, (uint8_t)(FETCHED | ((was & FETCHED) << 1)), RELAXED);
-    atomic_store_explicit(&it->prev_atime, prev, RELAXED);
-    if (it->kind == STORE_KIND_VALUE &&
-        t->s - (int64_t)atomic_load_explicit(&it->lru_time, RELAXED) >=
-            LRU_BUMP_SECS) {
-        pthread_mutex_lock(&s->lru_lock);
-        if (it->linked) {
-            lru_unlink_locked(s, it);
-            lru_push_head_locked(s, it);
-        }
-        atomic_store_explicit(&it->lru_time, (uint32_t)t->s, RELAXED);
-        pthread_mutex_unlock(&s->lru_lock);
+    if (was_at != (uint32_t)t->s)
+        atomic_store_explicit(&it->atime, (uint32_t)t->s, RELAXED);
+    /* Only write the bits when they change: a hot item's line stays shared
+     * between the cores that read it. */
+    if ((was & (FETCHED | REF)) != (FETCHED | REF))
+        was = atomic_fetch_or_explicit(&it->abits, FETCHED | REF, RELAXED);
+    if (prev != NULL) {
+        int64_t d = t->s - (int64_t)was_at;
+        prev->last_access = d > 0 ? d : 0;
+        prev->fetched = (was & FETCHED) != 0;
     }
 }
 
@@ -984,23 +1176,27 @@ static void item_access(store *s, store_item *it, const tnow *t)
 
 static void account_link(store *s, store_item *it)
 {
-    atomic_fetch_add_explicit(&s->mem_used, it->size, RELAXED);
-    if (it->kind == STORE_KIND_VALUE) {
+    size_t sz = item_size(it);
+
+    atomic_fetch_add_explicit(&s->mem_used, sz, RELAXED);
+    if (item_kind(it) == STORE_KIND_VALUE) {
         COUNT_ADD(s, curr_items, 1);
         COUNT_ADD(s, total_items, 1);
-        COUNT_ADD(s, bytes, it->size);
-    } else if (it->kind == STORE_KIND_TOMBSTONE) {
+        COUNT_ADD(s, bytes, sz);
+    } else if (item_kind(it) == STORE_KIND_TOMBSTONE) {
         COUNT_ADD(s, tombstones, 1);
     }
 }
 
 static void account_unlink(store *s, store_item *it)
 {
-    atomic_fetch_sub_explicit(&s->mem_used, it->size, RELAXED);
-    if (it->kind == STORE_KIND_VALUE) {
+    size_t sz = item_size(it);
+
+    atomic_fetch_sub_explicit(&s->mem_used, sz, RELAXED);
+    if (item_kind(it) == STORE_KIND_VALUE) {
         COUNT_SUB(s, curr_items, 1);
-        COUNT_SUB(s, bytes, it->size);
-    } else if (it->kind == STORE_KIND_TOMBSTONE) {
+        COUNT_SUB(s, bytes, sz);
+    } else if (item_kind(it) == STORE_KIND_TOMBSTONE) {
         COUNT_SUB(s, tombstones, 1);
     }
 }
@@ -1008,8 +1204,8 @@ static void account_unlink(store *s, store_item *it)
 /* ============================================================= apply */
 
 /*
- * Takes the item at *pp out of key table, journal, sketch and LRU and drops
- * the table's reference. Caller holds sp->lock.
+ * Takes the item at *pp out of key table, set and sketch and drops the
+ * table's reference. Caller holds sp->lock.
  */
 static void do_unlink(store *s, struct stripe *sp, store_item **pp)
 {
@@ -1018,75 +1214,90 @@ static void do_unlink(store *s, struct stripe *sp, store_item **pp)
     *pp = it->hnext;
     it->hnext = NULL;
     sp->count--;
-    pthread_mutex_lock(&s->set_lock);
     set_remove(s, it);
-    pthread_mutex_unlock(&s->set_lock);
-    if (in_lru(it)) {
-        pthread_mutex_lock(&s->lru_lock);
-        lru_unlink_locked(s, it);
-        pthread_mutex_unlock(&s->lru_lock);
-    }
-    it->linked = 0;
+    atomic_fetch_and_explicit(&it->abits, (uint8_t)~LINKED, RELAXED);
     account_unlink(s, it);
     store_item_release(it);
 }
 
 /*
  * The one place where versions are compared and the set changes. Caller
- * holds sp->lock (sp is it's stripe); `it` is a complete, unlinked item
- * with the caller's reference.
+ * holds sp->lock (sp is it's stripe, h its key's bucket_hash); `it` is a
+ * complete, unlinked item with the caller's reference.
  *
  * Returns APPLY_LINKED when it became the key's current mutation: the
  * caller's reference now belongs to the key table (take another before
  * dropping the lock to keep using it). Returns APPLY_STALE when the held
- * mutation's version is not smaller (or the journal already holds it->id),
- * and APPLY_RETIRED when it is newer but already dead (the held mutation
- * left the set, nothing was linked); in both cases the caller still owns
- * its reference and nothing else changed.
+ * mutation's version is not smaller, and APPLY_RETIRED when it is newer
+ * but already dead (the held mutation left the set, nothing was linked);
+ * in both cases the caller still owns its reference and nothing else
+ * changed.
  *
- * Both ids are hashed before the set lock, which every write shares, and an
- * overwrite swaps the old id for the new one in one interleaved sketch walk
- * (riblt_sketch_replace_hashed) rather than two.
+ * Both ids are derived and hashed before the set lock, which every write
+ * shares, and an overwrite swaps the old id for the new one in one
+ * interleaved sketch walk (riblt_sketch_replace_hashed) rather than two.
  */
-static int do_store_apply(store *s, struct stripe *sp, store_item *it,
-                          const tnow *t)
+static int do_store_apply(store *s, struct stripe *sp, uint64_t h,
+                          store_item *it, const tnow *t)
 {
-    store_item **pp = stripe_slot(sp, it->khash, it->data, it->nkey);
+    store_item **pp = stripe_slot(sp, h, it->data, it->nkey);
     store_item *cur = *pp;
+    store_version nv = item_version(it);
+    uint64_t gid = key_gid(it->data, it->nkey);
+    evrec_entry re;
+    bool rec = false; /* cur is NULL and re is the gid's record (rec_lock) */
 
     if (cur != NULL) {
-        store_version nv = item_version(it), cv = item_version(cur);
+        store_version cv = item_version(cur);
         if (store_version_cmp(&nv, &cv) <= 0)
             return APPLY_STALE;
+    } else if ((rec = rec_lookup(s, gid, &re))) {
+        store_version rv = rec_version(&re);
+        if (store_version_cmp(&nv, &rv) <= 0) {
+            pthread_mutex_unlock(&s->rec_lock);
+            return APPLY_STALE;
+        }
     }
     if (item_dead(s, it, t)) {
         if (cur != NULL)
             do_unlink(s, sp, pp);
+        if (rec) {
+            recs_remove(s, gid);
+            rec_set_remove(s, &re);
+            recs_sync(s);
+            pthread_mutex_unlock(&s->rec_lock);
+        }
         return APPLY_RETIRED;
     }
 
-    /* Hashed before the set lock, which every write shares. */
-    uint64_t nh = riblt_hash(&it->id);
-    uint64_t oh = cur != NULL ? riblt_hash(&cur->id) : 0;
+    riblt_id nid = make_id(gid, it->ticks, it->node), oid = {0, 0};
+    uint64_t nh = riblt_hash(&nid), oh = 0;
+    if (cur != NULL)
+        oid = make_id(gid, cur->ticks, cur->node);
+    else if (rec)
+        oid = rec_id(&re);
+    if (cur != NULL || rec)
+        oh = riblt_hash(&oid);
+    if (rec)
+        recs_remove(s, gid);
     pthread_mutex_lock(&s->set_lock);
-    if (journal_find(s, &it->id) != NULL) {
-        pthread_mutex_unlock(&s->set_lock);
-        return APPLY_STALE;
-    }
-    bool swapped = cur != NULL && journal_unlink(s, cur);
-    journal_link(s, it);
     /* A key's partition is a function of the key: cur and it share it. */
     riblt_sketch *sk = s->parts[it->part].sk;
-    riblt_tail tail;
-    if (swapped && cur->part == it->part) {
-        riblt_sketch_replace_tail(sk, &cur->id, oh, &it->id, nh, &tail);
+    if (cur != NULL || rec) {
+        if (cur != NULL)
+            part_count(s, cur, -1);
+        else
+            rec_count(s, &re, -1);
+        riblt_sketch_replace_hashed(sk, &oid, oh, &nid, nh);
     } else {
-        if (swapped)
-            riblt_sketch_remove_hashed(s->parts[cur->part].sk, &cur->id, oh);
-        riblt_sketch_add_tail(sk, &it->id, nh, &tail);
+        riblt_sketch_add_hashed(sk, &nid, nh);
     }
-    it->tail = tail_pack(&tail);
+    part_count(s, it, 1);
     pthread_mutex_unlock(&s->set_lock);
+    if (rec) {
+        recs_sync(s);
+        pthread_mutex_unlock(&s->rec_lock);
+    }
 
     if (cur != NULL) {
         it->hnext = cur->hnext;
@@ -1096,18 +1307,9 @@ static int do_store_apply(store *s, struct stripe *sp, store_item *it,
         sp->count++;
     }
     *pp = it;
-    it->linked = 1;
-    atomic_store_explicit(&it->lru_time, (uint32_t)t->s, RELAXED);
-    if ((cur != NULL && in_lru(cur)) || in_lru(it)) {
-        pthread_mutex_lock(&s->lru_lock);
-        if (cur != NULL && in_lru(cur))
-            lru_unlink_locked(s, cur);
-        if (in_lru(it))
-            lru_push_head_locked(s, it);
-        pthread_mutex_unlock(&s->lru_lock);
-    }
+    atomic_fetch_or_explicit(&it->abits, LINKED, RELAXED);
     account_link(s, it);
-    if (it->kind == STORE_KIND_FLUSH) {
+    if (item_kind(it) == STORE_KIND_FLUSH) {
         atomic_store_explicit(&s->flush_at, it->flush_at,
                               memory_order_release);
         /* An immediate flush: later local writes must get greater ticks. */
@@ -1115,7 +1317,7 @@ static int do_store_apply(store *s, struct stripe *sp, store_item *it,
             clock_catch_up(s, it->flush_at);
     }
     if (cur != NULL) {
-        cur->linked = 0;
+        atomic_fetch_and_explicit(&cur->abits, (uint8_t)~LINKED, RELAXED);
         account_unlink(s, cur);
         store_item_release(cur);
     } else if (sp->count > (sp->mask + 1) + (sp->mask + 1) / 2) {
@@ -1124,69 +1326,207 @@ static int do_store_apply(store *s, struct stripe *sp, store_item *it,
     return APPLY_LINKED;
 }
 
+/*
+ * A keyless mutation from a peer (STORE_KIND_EVICTED, STORE_KIND_DROP) as
+ * the current mutation of its gid: compared with the gid's item or record
+ * (last writer wins), which leaves when it is older. Caller holds sp->lock
+ * (h is bucket_hash of e->gid). Returns an apply_result.
+ */
+static int do_apply_keyless(store *s, struct stripe *sp, uint64_t h,
+                            const evrec_entry *e, const tnow *t,
+                            store_item **note)
+{
+    store_item **pp = bucket_of(sp, h);
+    store_version ev = rec_version(e);
+    evrec_entry re;
+    bool rec;
+
+    for (; *pp != NULL; pp = &(*pp)->hnext)
+        if (key_gid((*pp)->data, (*pp)->nkey) == e->gid)
+            break;
+    pthread_mutex_lock(&s->rec_lock);
+    rec = *pp == NULL && recs_find(s, e->gid, &re);
+    if (*pp != NULL || rec) {
+        store_version cv = rec ? rec_version(&re) : item_version(*pp);
+        if (store_version_cmp(&ev, &cv) <= 0) {
+            pthread_mutex_unlock(&s->rec_lock);
+            return APPLY_STALE;
+        }
+    }
+    if (*pp != NULL)
+        do_unlink(s, sp, pp);
+    if (rec) {
+        recs_remove(s, e->gid);
+        rec_set_remove(s, &re);
+    }
+    int r = APPLY_RETIRED;
+    if (!rec_dead(s, e, t)) {
+        riblt_id id = rec_id(e);
+        uint64_t ih = riblt_hash(&id);
+        pthread_mutex_lock(&s->set_lock);
+        rec_count(s, e, 1);
+        riblt_sketch_add_hashed(s->parts[e->part].sk, &id, ih);
+        pthread_mutex_unlock(&s->set_lock);
+        rec_put(s, e, t, note);
+        r = APPLY_LINKED;
+    }
+    recs_sync(s);
+    pthread_mutex_unlock(&s->rec_lock);
+    return r;
+}
+
 /* ========================================================== eviction */
 
 /*
- * Evicts the LRU tail: a value becomes an eviction tombstone, an eviction
- * tombstone leaves (see the contract at the top). Takes no lock on entry and
- * returns with none. Returns 0 when it made progress (or the tail changed
- * under it), -1 when the LRU is empty or memory for the tombstone is
- * lacking.
+ * Evicts the value at *pp (caller holds sp->lock; gid is its key's): it
+ * leaves the key table, and on a replicating node leaves a record of its
+ * mutation in its place (see "Eviction is local"), so the set does not
+ * change.
+ */
+static void evict_at(store *s, struct stripe *sp, uint64_t gid,
+                     store_item **pp, const tnow *t, store_item **note)
+{
+    store_item *victim = *pp;
+    bool expired = !item_live(s, victim, t);
+    bool fetched = atomic_load_explicit(&victim->abits, RELAXED) & FETCHED;
+
+    if (s->recs == NULL) {
+        do_unlink(s, sp, pp);
+    } else {
+        evrec_entry e = {.gid = gid,
+                         .ticks = victim->ticks,
+                         .node = victim->node,
+                         .exptime = victim->exptime,
+                         .part = victim->part,
+                         .kind = STORE_KIND_EVICTED};
+        *pp = victim->hnext;
+        victim->hnext = NULL;
+        sp->count--;
+        pthread_mutex_lock(&s->rec_lock);
+        pthread_mutex_lock(&s->set_lock);
+        part_count(s, victim, -1);
+        rec_count(s, &e, 1);
+        pthread_mutex_unlock(&s->set_lock);
+        rec_put(s, &e, t, note);
+        pthread_mutex_unlock(&s->rec_lock);
+        atomic_fetch_and_explicit(&victim->abits, (uint8_t)~LINKED, RELAXED);
+        account_unlink(s, victim);
+        store_item_release(victim);
+    }
+    if (expired) {
+        COUNT_ADD(s, reclaimed, 1);
+        if (!fetched)
+            COUNT_ADD(s, expired_unfetched, 1);
+    } else {
+        COUNT_ADD(s, evictions, 1);
+        if (!fetched)
+            COUNT_ADD(s, evicted_unfetched, 1);
+    }
+}
+
+/* Buckets the hand visits under one stripe lock before it lets go. */
+#define HAND_SPAN 64
+
+/*
+ * The age gate: the hand takes an unread item only when it was written
+ * before the gate, the GATE_RANK-th oldest of the last GATE_SAMPLES
+ * candidates it met (about the oldest quarter), so that eviction follows
+ * write time and not the table's order. Versions are the same on every
+ * node, so nodes under the same writes evict much the same items, and a
+ * record of an eviction seldom has to become a drop that costs a peer its
+ * copy. After GATE_SKIPS_MAX candidates that the gate kept, or once the
+ * hand has gone round the table once in a call, the next unread one goes
+ * anyway.
+ */
+static void gate_note(store *s, uint64_t ticks)
+{
+    s->ages[s->nages++ % GATE_SAMPLES] = ticks;
+    if (s->nages % (GATE_SAMPLES / 4) != 0 || s->nages < GATE_SAMPLES / 4)
+        return;
+    size_t n = s->nages < GATE_SAMPLES ? (size_t)s->nages : GATE_SAMPLES;
+    uint64_t v[GATE_SAMPLES];
+    memcpy(v, s->ages, n * sizeof(v[0]));
+    /* Insertion sort of at most 64: cheaper than anything cleverer. */
+    for (size_t i = 1; i < n; i++) {
+        uint64_t x = v[i];
+        size_t j = i;
+        for (; j > 0 && v[j - 1] > x; j--)
+            v[j] = v[j - 1];
+        v[j] = x;
+    }
+    s->gate = v[n / 4];
+}
+
+/*
+ * Moves the clock's hand until it evicts one item (see "eviction clock").
+ * Takes no lock on entry and returns with none. Returns 0 when it evicted
+ * one, -1 when two full turns found nothing evictable.
  */
 static int evict_one(store *s)
 {
-    store_item *victim, **pp;
-    struct stripe *sp;
-    tnow t;
+    uint64_t budget = 2 * (atomic_load(&s->nbuckets) +
+                           atomic_load_explicit(&s->curr_items, RELAXED)) +
+                      2 * HAND_SPAN;
+    /* The gate applies to the first turn of the hand only. */
+    uint64_t ungated = budget / 2;
+    int done = 1; /* 1: still looking */
+    unsigned skips = 0;
+    store_item *note = NULL; /* a drop the eviction wrote */
 
-    pthread_mutex_lock(&s->lru_lock);
-    victim = s->lru_tail;
-    if (victim != NULL)
-        store_item_ref(victim);
-    pthread_mutex_unlock(&s->lru_lock);
-    if (victim == NULL)
-        return -1;
+    pthread_mutex_lock(&s->evict_lock);
+    while (done == 1 && budget > 0) {
+        struct stripe *sp = &s->stripes[s->hand_stripe];
+        tnow t;
 
-    sp = stripe_of(s, victim->khash);
-    pthread_mutex_lock(&sp->lock);
-    pp = stripe_slot(sp, victim->khash, victim->data, victim->nkey);
-    if (*pp == victim && victim->kind == STORE_KIND_TOMBSTONE) {
-        /* An eviction tombstone reached the tail: it just leaves. */
-        do_unlink(s, sp, pp);
-    } else if (*pp == victim) {
-        store_item *tomb = item_new(s, STORE_KIND_TOMBSTONE, victim->data,
-                                    victim->nkey, victim->khash, 0);
-        if (tomb == NULL) {
-            pthread_mutex_unlock(&sp->lock);
-            store_item_release(victim);
-            return -1;
-        }
-        riblt_id id = eviction_id(&victim->id);
-        item_set_id(tomb, &id);
-        tomb->ticks = victim->ticks + 1;
-        tomb->node = victim->node;
-        tomb->flags = TOMB_EVICTED;
-        clock_catch_up(s, tomb->ticks);
+        pthread_mutex_lock(&sp->lock);
         tnow_get(s, &t);
-        tomb->exptime = t.s;
-        atomic_init(&tomb->atime, (uint32_t)t.s);
-        bool expired = !item_live(s, victim, &t);
-        bool fetched = atomic_load_explicit(&victim->fbits, RELAXED) & FETCHED;
-        if (do_store_apply(s, sp, tomb, &t) != APPLY_LINKED)
-            store_item_release(tomb);
-        if (expired) {
-            COUNT_ADD(s, reclaimed, 1);
-            if (!fetched)
-                COUNT_ADD(s, expired_unfetched, 1);
-        } else {
-            COUNT_ADD(s, evictions, 1);
-            if (!fetched)
-                COUNT_ADD(s, evicted_unfetched, 1);
+        for (unsigned n = 0; n < HAND_SPAN && done == 1; n++) {
+            if (s->hand_bucket > sp->mask)
+                break;
+            store_item **pp = &sp->buckets[s->hand_bucket];
+            for (; *pp != NULL && budget > 0; budget--) {
+                store_item *it = *pp;
+                if (!evictable(it)) {
+                    pp = &it->hnext;
+                    continue;
+                }
+                uint8_t b = atomic_load_explicit(&it->abits, RELAXED);
+                bool expired =
+                    item_kind(it) == STORE_KIND_VALUE && !item_live(s, it, &t);
+                if ((b & REF) && !expired) {
+                    atomic_fetch_and_explicit(&it->abits, (uint8_t)~REF,
+                                              RELAXED);
+                    pp = &it->hnext;
+                    continue;
+                }
+                if (!expired) {
+                    bool young = it->ticks > s->gate;
+                    gate_note(s, it->ticks);
+                    if (young && budget > ungated &&
+                        skips++ < GATE_SKIPS_MAX) {
+                        pp = &it->hnext;
+                        continue;
+                    }
+                }
+                evict_at(s, sp, key_gid(it->data, it->nkey), pp, &t, &note);
+                done = 0;
+                break;
+            }
+            if (done == 1) {
+                s->hand_bucket++;
+                if (budget > 0)
+                    budget--;
+            }
         }
+        if (s->hand_bucket > sp->mask) {
+            s->hand_bucket = 0;
+            s->hand_stripe = (s->hand_stripe + 1) & (s->nstripes - 1);
+        }
+        pthread_mutex_unlock(&sp->lock);
     }
-    pthread_mutex_unlock(&sp->lock);
-    store_item_release(victim);
-    return 0;
+    pthread_mutex_unlock(&s->evict_lock);
+    notify(s, note, true);
+    return done == 0 ? 0 : -1;
 }
 
 /*
@@ -1195,7 +1535,7 @@ static int evict_one(store *s)
  */
 static int ensure_room(store *s, size_t need)
 {
-    size_t limit = s->opt.memory_limit;
+    size_t limit = s->item_limit;
 
     if (limit == 0)
         return 0;
@@ -1214,8 +1554,8 @@ static int ensure_room(store *s, size_t need)
 /* Brings memory back under the limit after a write that grew it. */
 static void trim(store *s)
 {
-    if (s->opt.memory_limit != 0 &&
-        atomic_load_explicit(&s->mem_used, RELAXED) > s->opt.memory_limit)
+    if (s->item_limit != 0 &&
+        atomic_load_explicit(&s->mem_used, RELAXED) > s->item_limit)
         (void)ensure_room(s, 0);
 }
 
@@ -1264,6 +1604,11 @@ store *store_create(const store_options *o, int *err)
             : o->partitions > STORE_PARTITIONS_MAX ||
                   o->partition_fn == NULL || o->partition_sketch_symbols == 0)
         return NULL;
+    /* The record table comes out of memory_limit and must leave room. */
+    size_t nrec = o->evict_record_bytes / EVREC_ENTRY_BYTES;
+    if (nrec >= (1u << 31) ||
+        (o->memory_limit != 0 && o->evict_record_bytes >= o->memory_limit))
+        return NULL;
     if (err)
         *err = STORE_ERR_NOMEM;
     s = calloc(1, sizeof(*s));
@@ -1276,6 +1621,19 @@ store *store_create(const store_options *o, int *err)
         s->opt.node_id = (uint32_t)rng_next();
     s->seed[0] = rng_next();
     s->seed[1] = rng_next();
+    s->item_limit = o->memory_limit;
+    if (nrec != 0) {
+        /* A sixteenth of the entries for drops to start with; that table
+         * grows beyond it when it must (drops_resize counts the growth). */
+        s->drop_cap0 = nrec / 16 ? nrec / 16 : 1;
+        s->recs = evrec_create(nrec > s->drop_cap0 ? nrec - s->drop_cap0 : 1,
+                               rng_next());
+        s->droptab = evrec_create(s->drop_cap0, rng_next());
+        if (s->recs == NULL || s->droptab == NULL)
+            goto fail_stripes;
+        if (s->item_limit != 0)
+            s->item_limit -= nrec * EVREC_ENTRY_BYTES;
+    }
 
     bits = o->hash_power < MAX_STRIPE_BITS ? o->hash_power : MAX_STRIPE_BITS;
     per = o->hash_power - bits;
@@ -1293,14 +1651,6 @@ store *store_create(const store_options *o, int *err)
             goto fail;
         atomic_fetch_add(&s->nbuckets, sp->mask + 1);
     }
-    /* Sized like the key table so that a filling cache rehashes it rarely. */
-    s->jmask = (1ULL << (o->hash_power < 10   ? 10
-                         : o->hash_power > 24 ? 24
-                                              : o->hash_power)) -
-               1;
-    s->jbuckets = calloc(s->jmask + 1, sizeof(*s->jbuckets));
-    if (s->jbuckets == NULL)
-        goto fail;
     s->nparts = o->partitions ? o->partitions + 1 : 1;
     s->sk_symbols =
         o->partitions ? o->partition_sketch_symbols : o->sketch_symbols;
@@ -1311,8 +1661,10 @@ store *store_create(const store_options *o, int *err)
         if ((s->parts[p].sk = riblt_sketch_create(s->sk_symbols)) == NULL)
             goto fail;
     pthread_mutex_init(&s->set_lock, NULL);
-    pthread_mutex_init(&s->lru_lock, NULL);
+    pthread_mutex_init(&s->evict_lock, NULL);
     pthread_mutex_init(&s->sweep_lock, NULL);
+    pthread_mutex_init(&s->rec_lock, NULL);
+    s->gate = UINT64_MAX;
     if (err)
         *err = STORE_OK;
     return s;
@@ -1323,17 +1675,17 @@ fail:
         pthread_mutex_destroy(&s->stripes[i].lock);
     }
     free(s->stripes);
-    free(s->jbuckets);
     parts_free(s);
 fail_stripes:
+    evrec_destroy(s->recs);
+    evrec_destroy(s->droptab);
     free(s);
     return NULL;
 }
 
 /*
  * Frees the store and drops its reference to every item. Items callers
- * still hold stay readable (key, value, fields) until released, but
- * store_item_last_access needs the store alive.
+ * still hold stay readable (key, value, fields) until released.
  */
 void store_destroy(store *s)
 {
@@ -1345,7 +1697,8 @@ void store_destroy(store *s)
             store_item *it = sp->buckets[b];
             while (it != NULL) {
                 store_item *next = it->hnext;
-                it->linked = 0;
+                atomic_fetch_and_explicit(&it->abits, (uint8_t)~LINKED,
+                                          RELAXED);
                 store_item_release(it);
                 it = next;
             }
@@ -1354,11 +1707,13 @@ void store_destroy(store *s)
         pthread_mutex_destroy(&sp->lock);
     }
     free(s->stripes);
-    free(s->jbuckets);
     parts_free(s);
     pthread_mutex_destroy(&s->set_lock);
-    pthread_mutex_destroy(&s->lru_lock);
+    pthread_mutex_destroy(&s->evict_lock);
     pthread_mutex_destroy(&s->sweep_lock);
+    pthread_mutex_destroy(&s->rec_lock);
+    evrec_destroy(s->recs);
+    evrec_destroy(s->droptab);
     free(s);
 }
 
@@ -1375,6 +1730,19 @@ static inline bool key_ok(const char *key, size_t nkey)
     return key != NULL && nkey >= 1 && nkey <= KEY_MAX;
 }
 
+/* A key's two hashes: cluster-wide gid, and this table's bucket hash. */
+struct kh {
+    uint64_t gid, h;
+};
+
+static inline struct kh key_kh(const store *s, const char *key, size_t nkey)
+{
+    struct kh k;
+    k.gid = key_gid(key, nkey);
+    k.h = bucket_hash(s->seed, k.gid);
+    return k;
+}
+
 /*
  * Stamps a local item with a fresh id and version and applies it (caller
  * holds sp->lock). The cas is fresh (derived from the id) when keep_cas is
@@ -1383,21 +1751,23 @@ static inline bool key_ok(const char *key, size_t nkey)
  * apply result; on APPLY_STALE (only possible on an id collision) the item is
  * freed.
  */
-static int commit_local(store *s, struct stripe *sp, store_item *it,
-                        const tnow *t, uint64_t keep_cas, store_item **note,
-                        uint64_t *cas_out)
+static int commit_local(store *s, struct stripe *sp, const struct kh *k,
+                        store_item *it, const tnow *t, uint64_t keep_cas,
+                        store_item **note, uint64_t *cas_out)
 {
-    riblt_id id = new_id();
     int r;
 
-    item_set_id(it, &id);
-    if (keep_cas != 0)
-        it->cas = keep_cas;
     it->ticks = clock_next(s, t->ns);
     it->node = s->opt.node_id;
+    if (keep_cas != 0) {
+        it->cas = keep_cas;
+    } else {
+        riblt_id id = make_id(k->gid, it->ticks, it->node);
+        it->cas = fresh_cas(&id);
+    }
     if (atomic_load_explicit(&it->atime, RELAXED) == 0)
         atomic_init(&it->atime, (uint32_t)t->s);
-    r = do_store_apply(s, sp, it, t);
+    r = do_store_apply(s, sp, k->h, it, t);
     if (r == APPLY_STALE) {
         store_item_release(it);
         return r;
@@ -1444,7 +1814,7 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
 {
     store_item *it = NULL, *cur, *note = NULL, **pp;
     struct stripe *sp;
-    uint64_t h;
+    struct kh k;
     bool concat, cas_mode;
     int rc;
     tnow t;
@@ -1460,21 +1830,21 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
     rc = ensure_room(s, item_total(w->nkey, w->nvalue));
     if (rc < 0)
         return rc;
-    h = key_hash(s->seed, w->key, w->nkey);
+    k = key_kh(s, w->key, w->nkey);
     if (!concat) {
-        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, h, w->nvalue);
+        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, w->nvalue);
         if (it == NULL)
             return STORE_ERR_NOMEM;
         if (w->nvalue)
             memcpy(item_value_ptr(it), w->value, w->nvalue);
         it->flags = w->flags;
-        it->marks = w->marks & STORE_MARKS_ALL;
+        item_set_marks(it, w->marks);
     }
 
-    sp = stripe_of(s, h);
+    sp = stripe_of(s, k.h);
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
-    pp = stripe_slot(sp, h, w->key, w->nkey);
+    pp = stripe_slot(sp, k.h, w->key, w->nkey);
     cur = *pp;
     if (cur != NULL && !item_live(s, cur, &t))
         cur = NULL;
@@ -1511,7 +1881,7 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
 
     if (concat) {
         size_t total = (size_t)cur->nvalue + w->nvalue;
-        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, h, total);
+        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, total);
         if (it == NULL) {
             pthread_mutex_unlock(&sp->lock);
             return STORE_ERR_NOMEM;
@@ -1533,12 +1903,13 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
         /* A recache that lost to an invalidation: stored, but still stale,
          * living no longer than the invalidated value. */
         it->exptime = cur->exptime;
-        it->marks =
-            (uint8_t)(STORE_MARK_STALE | (cur->marks & STORE_MARK_WON));
+        item_set_marks(it, (uint8_t)(STORE_MARK_STALE |
+                                     (item_marks(cur) & STORE_MARK_WON)));
     } else {
-        it->exptime = stored_exptime(w->exptime, &t);
+        it->exptime = exptime_pack(stored_exptime(w->exptime, &t));
     }
-    if (commit_local(s, sp, it, &t, w->new_cas, &note, cas_out) == APPLY_STALE)
+    if (commit_local(s, sp, &k, it, &t, w->new_cas, &note, cas_out) ==
+        APPLY_STALE)
         rc = STORE_NOT_STORED;
     pthread_mutex_unlock(&sp->lock);
     notify(s, note, true);
@@ -1548,43 +1919,47 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
 }
 
 /*
- * Why a key that is not live misses (store_get_ex's *why): the value it
+ * Why a key that is not live misses (store_read_info.why): the value it
  * holds is flushed or expired; 0 when it holds none (missing, tombstone).
  */
 static int miss_reason(store *s, const store_item *it, const tnow *t)
 {
-    if (it == NULL || it->kind != STORE_KIND_VALUE)
+    if (it == NULL || item_kind(it) != STORE_KIND_VALUE)
         return 0;
     return item_flushed(s, it, t) ? STORE_MISS_FLUSHED : STORE_MISS_EXPIRED;
 }
 
-store_item *store_get_ex(store *s, const char *key, size_t nkey, int *why)
+static inline void read_info_clear(store_read_info *ri)
+{
+    if (ri != NULL)
+        memset(ri, 0, sizeof(*ri));
+}
+
+store_item *store_get_ex(store *s, const char *key, size_t nkey,
+                         store_read_info *ri)
 {
     store_item *it;
     struct stripe *sp;
-    uint64_t h;
-    int miss = 0;
+    struct kh k;
     tnow t;
 
-    if (why)
-        *why = 0;
+    read_info_clear(ri);
     if (s == NULL || !key_ok(key, nkey))
         return NULL;
-    h = key_hash(s->seed, key, nkey);
-    sp = stripe_of(s, h);
+    k = key_kh(s, key, nkey);
+    sp = stripe_of(s, k.h);
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
-    it = *stripe_slot(sp, h, key, nkey);
+    it = *stripe_slot(sp, k.h, key, nkey);
     if (it != NULL && item_live(s, it, &t)) {
         store_item_ref(it);
-        item_access(s, it, &t);
+        item_access(it, &t, ri);
     } else {
-        miss = miss_reason(s, it, &t);
+        if (ri != NULL)
+            ri->why = miss_reason(s, it, &t);
         it = NULL;
     }
     pthread_mutex_unlock(&sp->lock);
-    if (why)
-        *why = miss;
     return it;
 }
 
@@ -1596,28 +1971,36 @@ store_item *store_get(store *s, const char *key, size_t nkey)
 /*
  * A new unlinked item for cur's key with cur's flags, expiry and marks, and
  * its value (or an empty one), that inherits the key's access history (as
- * a read when is_read). The caller holds the stripe lock and adjusts it
- * before commit_local. NULL when out of memory.
+ * a read when is_read: then *ri, when not NULL, gets the history before
+ * it). The caller holds the stripe lock and adjusts the item before
+ * commit_local. NULL when out of memory.
  */
 static store_item *item_derive(store *s, const store_item *cur,
-                               bool keep_value, bool is_read, const tnow *t)
+                               bool keep_value, bool is_read, const tnow *t,
+                               store_read_info *ri)
 {
     size_t nvalue = keep_value ? cur->nvalue : 0;
-    store_item *it = item_new(s, STORE_KIND_VALUE, cur->data, cur->nkey,
-                              cur->khash, nvalue);
+    store_item *it =
+        item_new(s, STORE_KIND_VALUE, cur->data, cur->nkey, nvalue);
     if (it == NULL)
         return NULL;
     if (nvalue)
         memcpy(item_value_ptr(it), cur->data + cur->nkey, nvalue);
     it->flags = cur->flags;
     it->exptime = cur->exptime;
-    it->marks = cur->marks;
-    uint8_t fetched = atomic_load_explicit(&cur->fbits, RELAXED) & FETCHED;
+    item_set_marks(it, item_marks(cur));
+    uint8_t was = atomic_load_explicit(&cur->abits, RELAXED);
+    uint8_t fetched = was & FETCHED;
     uint32_t atime = atomic_load_explicit(&cur->atime, RELAXED);
-    atomic_init(&it->fbits,
-                (uint8_t)(is_read ? FETCHED | (fetched << 1) : fetched));
-    atomic_init(&it->prev_atime, atime);
-    atomic_init(&it->atime, (uint32_t)t->s);
+    /* The clock's REF bit passes on too: a touch is no reason to evict. */
+    atomic_init(&it->abits,
+                (uint8_t)(is_read ? FETCHED | REF : was & (FETCHED | REF)));
+    atomic_init(&it->atime, is_read ? (uint32_t)t->s : atime);
+    if (is_read && ri != NULL) {
+        int64_t d = t->s - (int64_t)atime;
+        ri->last_access = d > 0 ? d : 0;
+        ri->fetched = fetched != 0;
+    }
     return it;
 }
 
@@ -1627,38 +2010,38 @@ static store_item *item_derive(store *s, const store_item *cur,
  * the key is not live (*rc = STORE_NOT_FOUND) or on error (*rc < 0).
  */
 static store_item *retouch(store *s, const char *key, size_t nkey,
-                           int64_t exptime, bool is_read, int *rc, int *why)
+                           int64_t exptime, bool is_read, int *rc,
+                           store_read_info *ri)
 {
     store_item *cur, *it, *note = NULL, *ret = NULL;
     struct stripe *sp;
-    uint64_t h;
+    struct kh k;
     tnow t;
 
     *rc = STORE_ERR_INVAL;
-    if (why)
-        *why = 0;
+    read_info_clear(ri);
     if (s == NULL || !key_ok(key, nkey))
         return NULL;
-    h = key_hash(s->seed, key, nkey);
-    sp = stripe_of(s, h);
+    k = key_kh(s, key, nkey);
+    sp = stripe_of(s, k.h);
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
-    cur = *stripe_slot(sp, h, key, nkey);
+    cur = *stripe_slot(sp, k.h, key, nkey);
     if (cur == NULL || !item_live(s, cur, &t)) {
-        if (why)
-            *why = miss_reason(s, cur, &t);
+        if (ri != NULL)
+            ri->why = miss_reason(s, cur, &t);
         pthread_mutex_unlock(&sp->lock);
         *rc = STORE_NOT_FOUND;
         return NULL;
     }
-    it = item_derive(s, cur, true, is_read, &t);
+    it = item_derive(s, cur, true, is_read, &t, ri);
     if (it == NULL) {
         pthread_mutex_unlock(&sp->lock);
         *rc = STORE_ERR_NOMEM;
         return NULL;
     }
-    it->exptime = stored_exptime(exptime, &t);
-    int r = commit_local(s, sp, it, &t, cur->cas, &note, NULL);
+    it->exptime = exptime_pack(stored_exptime(exptime, &t));
+    int r = commit_local(s, sp, &k, it, &t, cur->cas, &note, NULL);
     if (r == APPLY_STALE) {
         *rc = STORE_NOT_FOUND;
     } else {
@@ -1680,10 +2063,10 @@ store_item *store_gat(store *s, const char *key, size_t nkey, int64_t exptime)
 }
 
 store_item *store_gat_ex(store *s, const char *key, size_t nkey,
-                         int64_t exptime, int *why)
+                         int64_t exptime, store_read_info *ri)
 {
     int rc;
-    return retouch(s, key, nkey, exptime, true, &rc, why);
+    return retouch(s, key, nkey, exptime, true, &rc, ri);
 }
 
 int store_touch(store *s, const char *key, size_t nkey, int64_t exptime)
@@ -1694,8 +2077,12 @@ int store_touch(store *s, const char *key, size_t nkey, int64_t exptime)
 int store_touch_ex(store *s, const char *key, size_t nkey, int64_t exptime,
                    int *why)
 {
+    store_read_info ri;
     int rc;
-    retouch(s, key, nkey, exptime, false, &rc, why);
+
+    retouch(s, key, nkey, exptime, false, &rc, &ri);
+    if (why)
+        *why = ri.why;
     return rc;
 }
 
@@ -1703,22 +2090,22 @@ int store_delete(store *s, const char *key, size_t nkey, uint64_t cas)
 {
     store_item *cur, *it, *note = NULL;
     struct stripe *sp;
-    uint64_t h;
+    struct kh k;
     int rc = STORE_DELETED;
     tnow t;
 
     if (s == NULL || !key_ok(key, nkey))
         return STORE_ERR_INVAL;
-    h = key_hash(s->seed, key, nkey);
+    k = key_kh(s, key, nkey);
     /* Allocated before the lock: a tombstone is never larger than what it
      * replaces, so it needs no room check. */
-    it = item_new(s, STORE_KIND_TOMBSTONE, key, nkey, h, 0);
+    it = item_new(s, STORE_KIND_TOMBSTONE, key, nkey, 0);
     if (it == NULL)
         return STORE_ERR_NOMEM;
-    sp = stripe_of(s, h);
+    sp = stripe_of(s, k.h);
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
-    cur = *stripe_slot(sp, h, key, nkey);
+    cur = *stripe_slot(sp, k.h, key, nkey);
     if (cur == NULL || !item_live(s, cur, &t))
         rc = STORE_NOT_FOUND;
     else if (cas != 0 && cur->cas != cas)
@@ -1728,8 +2115,8 @@ int store_delete(store *s, const char *key, size_t nkey, uint64_t cas)
         store_item_release(it);
         return rc;
     }
-    it->exptime = t.s;
-    if (commit_local(s, sp, it, &t, 0, &note, NULL) == APPLY_STALE)
+    it->exptime = exptime_pack(t.s);
+    if (commit_local(s, sp, &k, it, &t, 0, &note, NULL) == APPLY_STALE)
         rc = STORE_NOT_FOUND;
     pthread_mutex_unlock(&sp->lock);
     notify(s, note, true);
@@ -1740,7 +2127,8 @@ int store_delete_ex(store *s, const store_delete_req *r)
 {
     store_item *cur, *it = NULL, *note = NULL;
     struct stripe *sp;
-    uint64_t h, keep_cas;
+    struct kh k;
+    uint64_t keep_cas;
     int rc;
     tnow t;
 
@@ -1748,16 +2136,17 @@ int store_delete_ex(store *s, const store_delete_req *r)
         return STORE_ERR_INVAL;
     if (!r->invalidate && !r->clear_value)
         return store_delete(s, r->key, r->nkey, r->cas);
-    h = key_hash(s->seed, r->key, r->nkey);
-    sp = stripe_of(s, h);
+    k = key_kh(s, r->key, r->nkey);
+    sp = stripe_of(s, k.h);
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
-    cur = *stripe_slot(sp, h, r->key, r->nkey);
+    cur = *stripe_slot(sp, k.h, r->key, r->nkey);
     if (cur == NULL || !item_live(s, cur, &t))
         rc = STORE_NOT_FOUND;
     else if (r->cas != 0 && cur->cas != r->cas)
         rc = STORE_EXISTS;
-    else if ((it = item_derive(s, cur, !r->clear_value, false, &t)) == NULL)
+    else if ((it = item_derive(s, cur, !r->clear_value, false, &t, NULL)) ==
+             NULL)
         rc = STORE_ERR_NOMEM;
     else
         rc = STORE_DELETED;
@@ -1769,15 +2158,15 @@ int store_delete_ex(store *s, const store_delete_req *r)
     if (r->clear_value) {
         it->flags = 0;
         it->exptime = 0;
-        it->marks = 0;
+        item_set_marks(it, 0);
     }
     if (r->set_ttl)
-        it->exptime = stored_exptime(r->exptime, &t);
+        it->exptime = exptime_pack(stored_exptime(r->exptime, &t));
     if (r->invalidate) {
-        it->marks = STORE_MARK_STALE; /* and the next reader may win */
-        keep_cas = r->new_cas;        /* 0: a fresh one */
+        item_set_marks(it, STORE_MARK_STALE); /* the next reader may win */
+        keep_cas = r->new_cas;                /* 0: a fresh one */
     }
-    if (commit_local(s, sp, it, &t, keep_cas, &note, NULL) == APPLY_STALE)
+    if (commit_local(s, sp, &k, it, &t, keep_cas, &note, NULL) == APPLY_STALE)
         rc = STORE_NOT_FOUND;
     pthread_mutex_unlock(&sp->lock);
     notify(s, note, true);
@@ -1789,23 +2178,25 @@ int store_take_win(store *s, const store_item *seen)
 {
     store_item *cur, *it, *note = NULL;
     struct stripe *sp;
+    struct kh k;
     int rc = STORE_NOT_STORED;
     tnow t;
 
-    if (s == NULL || seen == NULL || seen->kind != STORE_KIND_VALUE)
+    if (s == NULL || seen == NULL || item_kind(seen) != STORE_KIND_VALUE)
         return STORE_ERR_INVAL;
-    sp = stripe_of(s, seen->khash);
+    k = key_kh(s, seen->data, seen->nkey);
+    sp = stripe_of(s, k.h);
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
-    cur = *stripe_slot(sp, seen->khash, seen->data, seen->nkey);
+    cur = *stripe_slot(sp, k.h, seen->data, seen->nkey);
     if (cur == seen && item_live(s, cur, &t) &&
-        (cur->marks & STORE_MARK_WON) == 0) {
-        it = item_derive(s, cur, true, false, &t);
+        (item_marks(cur) & STORE_MARK_WON) == 0) {
+        it = item_derive(s, cur, true, false, &t, NULL);
         if (it == NULL) {
             rc = STORE_ERR_NOMEM;
         } else {
-            it->marks |= STORE_MARK_WON;
-            if (commit_local(s, sp, it, &t, cur->cas, &note, NULL) !=
+            item_set_marks(it, item_marks(it) | STORE_MARK_WON);
+            if (commit_local(s, sp, &k, it, &t, cur->cas, &note, NULL) !=
                 APPLY_STALE)
                 rc = STORE_STORED;
         }
@@ -1865,7 +2256,8 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
     struct stripe *sp;
     char digits[24];
     size_t nd, len;
-    uint64_t h, v;
+    struct kh k;
+    uint64_t v;
     int rc;
     tnow t;
 
@@ -1874,11 +2266,11 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
     rc = ensure_room(s, item_total(r->nkey, 20));
     if (rc < 0)
         return rc;
-    h = key_hash(s->seed, r->key, r->nkey);
-    sp = stripe_of(s, h);
+    k = key_kh(s, r->key, r->nkey);
+    sp = stripe_of(s, k.h);
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
-    cur = *stripe_slot(sp, h, r->key, r->nkey);
+    cur = *stripe_slot(sp, k.h, r->key, r->nkey);
     if (cur != NULL && !item_live(s, cur, &t))
         cur = NULL;
 
@@ -1915,7 +2307,7 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
         len = nd <= cur->nvalue ? cur->nvalue : nd;
         rc = STORE_OK;
     }
-    it = item_new(s, STORE_KIND_VALUE, r->key, r->nkey, h, len);
+    it = item_new(s, STORE_KIND_VALUE, r->key, r->nkey, len);
     if (it == NULL) {
         pthread_mutex_unlock(&sp->lock);
         return STORE_ERR_NOMEM;
@@ -1927,12 +2319,13 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
         it->flags = cur->flags;
     /* One mutation for the number and, with touch, the new expiry. */
     if (r->touch)
-        it->exptime = stored_exptime(r->touch_exptime, &t);
+        it->exptime = exptime_pack(stored_exptime(r->touch_exptime, &t));
     else if (cur != NULL)
         it->exptime = cur->exptime;
     else
-        it->exptime = stored_exptime(r->exptime, &t);
-    if (commit_local(s, sp, it, &t, r->new_cas, &note, cas_out) == APPLY_STALE)
+        it->exptime = exptime_pack(stored_exptime(r->exptime, &t));
+    if (commit_local(s, sp, &k, it, &t, r->new_cas, &note, cas_out) ==
+        APPLY_STALE)
         rc = STORE_NOT_FOUND;
     else if (value)
         *value = v;
@@ -1946,21 +2339,19 @@ int store_flush_all(store *s, uint32_t delay)
 {
     store_item *it, *note = NULL;
     struct stripe *sp;
-    uint64_t h;
+    struct kh k;
     int r;
     tnow t;
 
     if (s == NULL)
         return STORE_ERR_INVAL;
-    h = key_hash(s->seed, "", 0);
-    it = item_new(s, STORE_KIND_FLUSH, "", 0, h, 0);
+    k = key_kh(s, "", 0);
+    it = item_new(s, STORE_KIND_FLUSH, "", 0, 0);
     if (it == NULL)
         return STORE_ERR_NOMEM;
-    sp = stripe_of(s, h);
+    sp = stripe_of(s, k.h);
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
-    riblt_id id = new_id();
-    item_set_id(it, &id);
     it->ticks = clock_next(s, t.ns);
     it->node = s->opt.node_id;
     it->flush_at = it->ticks + (uint64_t)delay * NS_PER_S;
@@ -1968,7 +2359,7 @@ int store_flush_all(store *s, uint32_t delay)
     if (it->ticks > t.peek)
         t.peek = it->ticks;
     atomic_init(&it->atime, (uint32_t)t.s);
-    r = do_store_apply(s, sp, it, &t);
+    r = do_store_apply(s, sp, k.h, it, &t);
     if (r == APPLY_LINKED && s->listener != NULL) {
         store_item_ref(it);
         note = it;
@@ -2002,9 +2393,65 @@ static bool mutation_ok(const store_mutation *m)
         return key_ok(m->key, m->nkey) && m->nvalue == 0;
     case STORE_KIND_FLUSH:
         return m->nkey == 0 && m->nvalue == 0 && m->flush_at != 0;
+    case STORE_KIND_EVICTED:
+    case STORE_KIND_DROP:
+        return m->nkey == 0 && m->nvalue == 0 && m->id.hi != 0;
     default:
         return false;
     }
+}
+
+static inline bool kind_keyless(uint8_t kind)
+{
+    return kind == STORE_KIND_EVICTED || kind == STORE_KIND_DROP;
+}
+
+uint32_t store_mutation_partition(const store *s, const store_mutation *m)
+{
+    if (!kind_keyless(m->kind))
+        return key_part(s, m->nkey ? m->key : "", m->nkey);
+    /* Keyless records carry their key's partition; never the global one. */
+    if (s->opt.partitions == 0)
+        return m->flags == 0 ? 0 : 1;
+    return m->flags < s->opt.partitions ? m->flags : s->opt.partitions + 1;
+}
+
+/* store_apply of a keyless mutation (mutation_ok'd). */
+static int apply_keyless(store *s, const store_mutation *m)
+{
+    store_item *note = NULL;
+    uint32_t part = store_mutation_partition(s, m);
+    riblt_id want = make_id(m->id.hi, m->version.ticks, m->version.node);
+    struct stripe *sp;
+    uint64_t h;
+    int r;
+    tnow t;
+
+    if (s->recs == NULL || part > s->opt.partitions ||
+        (s->opt.partitions != 0 && part == s->opt.partitions) ||
+        want.lo != m->id.lo)
+        return STORE_ERR_INVAL;
+    evrec_entry e = {.gid = m->id.hi,
+                     .ticks = m->version.ticks,
+                     .node = m->version.node,
+                     .exptime = exptime_pack(m->exptime),
+                     .part = (uint16_t)part,
+                     .kind = m->kind};
+    clock_catch_up(s, m->version.ticks);
+    h = bucket_hash(s->seed, e.gid);
+    sp = stripe_of(s, h);
+    pthread_mutex_lock(&sp->lock);
+    tnow_get(s, &t);
+    r = do_apply_keyless(s, sp, h, &e, &t, &note);
+    pthread_mutex_unlock(&sp->lock);
+    /* A drop this apply wrote (its record table overflowed) is ours. */
+    notify(s, note, true);
+    if (r != APPLY_LINKED) {
+        COUNT_ADD(s, stale_remote, 1);
+        return STORE_STALE;
+    }
+    COUNT_ADD(s, applied_remote, 1);
+    return STORE_OK;
 }
 
 int store_apply(store *s, const store_mutation *m)
@@ -2012,18 +2459,25 @@ int store_apply(store *s, const store_mutation *m)
     store_item *it, *note = NULL;
     const char *key;
     struct stripe *sp;
-    uint64_t h;
+    struct kh k;
     int r;
     tnow t;
 
     if (s == NULL || m == NULL || !mutation_ok(m))
         return STORE_ERR_INVAL;
+    if (kind_keyless(m->kind))
+        return apply_keyless(s, m);
     if (item_total(m->nkey, m->nvalue) > s->opt.item_size_max)
         return STORE_ERR_TOO_LARGE;
-    clock_catch_up(s, m->version.ticks);
     key = m->nkey ? m->key : "";
-    h = key_hash(s->seed, key, m->nkey);
-    sp = stripe_of(s, h);
+    k = key_kh(s, key, m->nkey);
+    /* The id is a function of key and version: one that is not cannot be
+     * this mutation's, whoever sent it. */
+    riblt_id want = make_id(k.gid, m->version.ticks, m->version.node);
+    if (want.lo != m->id.lo || want.hi != m->id.hi)
+        return STORE_ERR_INVAL;
+    clock_catch_up(s, m->version.ticks);
+    sp = stripe_of(s, k.h);
     if (s->opt.memory_limit != 0) {
         /*
          * A mutation the key already beats must not evict anything to make
@@ -2031,9 +2485,16 @@ int store_apply(store *s, const store_mutation *m)
          * is do_store_apply's, under the lock, below.
          */
         pthread_mutex_lock(&sp->lock);
-        store_item *cur = *stripe_slot(sp, h, key, m->nkey);
-        store_version cv = cur != NULL ? item_version(cur) : m->version;
-        bool beaten = cur != NULL && store_version_cmp(&m->version, &cv) <= 0;
+        store_item *cur = *stripe_slot(sp, k.h, key, m->nkey);
+        evrec_entry re;
+        bool rec = cur == NULL && rec_lookup(s, k.gid, &re);
+        store_version cv = cur != NULL ? item_version(cur)
+                           : rec       ? rec_version(&re)
+                                       : m->version;
+        bool beaten =
+            (cur != NULL || rec) && store_version_cmp(&m->version, &cv) <= 0;
+        if (rec)
+            pthread_mutex_unlock(&s->rec_lock);
         pthread_mutex_unlock(&sp->lock);
         if (beaten) {
             COUNT_ADD(s, stale_remote, 1);
@@ -2043,17 +2504,16 @@ int store_apply(store *s, const store_mutation *m)
         if (r < 0)
             return r;
     }
-    it = item_new(s, m->kind, key, m->nkey, h, m->nvalue);
+    it = item_new(s, m->kind, key, m->nkey, m->nvalue);
     if (it == NULL)
         return STORE_ERR_NOMEM;
     if (m->nvalue)
         memcpy(item_value_ptr(it), m->value, m->nvalue);
-    item_set_id(it, &m->id);
     it->ticks = m->version.ticks;
     it->node = m->version.node;
     it->flags = m->kind == STORE_KIND_FLUSH ? 0 : m->flags;
-    it->exptime = m->kind == STORE_KIND_FLUSH ? 0 : m->exptime;
-    it->marks = m->marks;
+    it->exptime = m->kind == STORE_KIND_FLUSH ? 0 : exptime_pack(m->exptime);
+    item_set_marks(it, m->marks);
     /* The cas comes with the mutation: the same on every node. */
     if (m->kind == STORE_KIND_FLUSH)
         it->flush_at = m->flush_at;
@@ -2063,7 +2523,7 @@ int store_apply(store *s, const store_mutation *m)
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
     atomic_init(&it->atime, (uint32_t)t.s);
-    r = do_store_apply(s, sp, it, &t);
+    r = do_store_apply(s, sp, k.h, it, &t);
     if (r == APPLY_LINKED && s->listener != NULL) {
         store_item_ref(it);
         note = it;
@@ -2079,30 +2539,69 @@ int store_apply(store *s, const store_mutation *m)
     return STORE_OK;
 }
 
+/* The linked item whose mutation id is *id, referenced, or NULL. */
 store_item *store_fetch(store *s, const riblt_id *id)
 {
+    struct stripe *sp;
     store_item *it;
+    uint64_t h;
 
     if (s == NULL || id == NULL)
         return NULL;
-    pthread_mutex_lock(&s->set_lock);
-    it = journal_find(s, id);
+    h = bucket_hash(s->seed, id->hi);
+    sp = stripe_of(s, h);
+    pthread_mutex_lock(&sp->lock);
+    it = stripe_find_id(sp, h, id);
     if (it != NULL)
         store_item_ref(it);
-    pthread_mutex_unlock(&s->set_lock);
+    pthread_mutex_unlock(&sp->lock);
     return it;
+}
+
+/* The record whose mutation id is *id into *e; false when none. */
+static bool rec_fetch(store *s, const riblt_id *id, evrec_entry *e)
+{
+    bool found;
+
+    if (!rec_lookup(s, id->hi, e))
+        return false;
+    riblt_id mine = rec_id(e);
+    found = mine.lo == id->lo;
+    pthread_mutex_unlock(&s->rec_lock);
+    return found;
+}
+
+bool store_fetch_mutation(store *s, const riblt_id *id, store_mutation *m,
+                          store_item **hold)
+{
+    evrec_entry e;
+
+    *hold = NULL;
+    if (s == NULL || id == NULL)
+        return false;
+    *hold = store_fetch(s, id);
+    if (*hold != NULL) {
+        store_item_mutation(*hold, m);
+        return true;
+    }
+    if (!rec_fetch(s, id, &e))
+        return false;
+    memset(m, 0, sizeof(*m));
+    m->id = *id;
+    m->version = rec_version(&e);
+    m->kind = e.kind;
+    m->exptime = e.exptime;
+    m->flags = e.part;
+    return true;
 }
 
 bool store_has(store *s, const riblt_id *id)
 {
-    bool found;
+    store_item *it = store_fetch(s, id);
+    evrec_entry e;
 
-    if (s == NULL || id == NULL)
-        return false;
-    pthread_mutex_lock(&s->set_lock);
-    found = journal_find(s, id) != NULL;
-    pthread_mutex_unlock(&s->set_lock);
-    return found;
+    store_item_release(it);
+    return it != NULL || (s != NULL && id != NULL && rec_fetch(s, id, &e));
 }
 
 size_t store_sketch_symbols(const store *s)
@@ -2272,90 +2771,119 @@ int store_partition_stats(store *s, uint32_t p, uint64_t *mutations,
     return STORE_OK;
 }
 
-/* =========================================================== journal walks */
-
-/* One snapshot entry of a journal walk. */
-struct jent {
-    riblt_id id;
-    uint64_t tail;
-};
+/* ============================================================= set walks */
 
 /*
- * Ids in the journal (caller holds set_lock) of the partitions marked in
- * bits (NULL: all): their number, which bounds a snapshot of them.
+ * Mutations in the set (caller holds set_lock) of the partitions marked in
+ * bits (NULL: all): their number, which sizes a snapshot of them.
  */
-static uint64_t journal_count(store *s, const uint64_t *bits)
+static uint64_t set_count(store *s, const uint64_t *bits)
 {
     uint64_t n = 0;
 
     if (bits == NULL)
-        return s->jcount;
+        return s->set_count;
     for (uint32_t p = 0; p < s->nparts; p++)
         if (bit_has(bits, p))
             n += s->parts[p].mutations;
     return n;
 }
 
-/*
- * Snapshot of the journal's ids (with their tails when tails is set) in
- * the partitions marked in bits (NULL: all), taken under the set lock into
- * *out (the caller frees it). Returns the number of entries; 0 with *out
- * NULL when the snapshot cannot be allocated.
- */
-static size_t journal_snapshot(store *s, const uint64_t *bits, bool tails,
-                               void **out)
+/* Collects record ids into a snapshot (evrec_walk callback; never
+ * removes). */
+struct rec_collect {
+    riblt_id *v;
+    size_t n, cap;
+    const uint64_t *bits;
+    bool failed;
+};
+
+static bool rec_collect_fn(void *arg, const evrec_entry *e)
 {
-    size_t n = 0, esz = tails ? sizeof(struct jent) : sizeof(riblt_id);
-    void *v;
+    struct rec_collect *rc = arg;
+
+    if ((rc->bits == NULL || bit_has(rc->bits, e->part)) && rc->n < rc->cap)
+        rc->v[rc->n++] = rec_id(e);
+    return false;
+}
+
+/*
+ * Snapshot of the set's ids in the partitions marked in bits (NULL: all)
+ * into *out (the caller frees it), walking the key table one stripe lock at
+ * a time: each stripe's ids are those of one instant, the stripes' of
+ * successive instants (a walk under every lock at once would stall every
+ * read), then the records' (under rec_lock, at once). Returns the number
+ * of ids; 0 with *out NULL when the snapshot cannot be allocated.
+ */
+static size_t set_snapshot(store *s, const uint64_t *bits, riblt_id **out)
+{
+    size_t n = 0, cap;
+    riblt_id *v;
 
     pthread_mutex_lock(&s->set_lock);
-    uint64_t want = journal_count(s, bits);
-    /* One spare entry: the filtered walk writes every item, then keeps it
-     * or not (no branch to mispredict, so chain loads overlap). */
-    size_t bytes = (want + 1) * esz;
-    if (tails) {
-        /* Tens of megabytes at a million keys: ask for huge pages, faulting
-         * them in 4 KiB at a time would cost more than the copy. */
-        if (posix_memalign(&v, 2u << 20, bytes) != 0)
-            v = NULL;
-        else
-            madvise(v, bytes, MADV_HUGEPAGE);
-    } else {
-        v = malloc(bytes);
-    }
-    if (v != NULL && want != 0) {
-        struct jent *te = v;
-        riblt_id *ie = v;
-        for (uint64_t b = 0; b <= s->jmask; b++) {
-            for (store_item *it = s->jbuckets[b]; it; it = it->jnext) {
-                size_t keep = bits == NULL || bit_has(bits, it->part);
-                if (tails) {
-                    te[n].id = it->id;
-                    te[n].tail = it->tail;
-                } else {
-                    ie[n] = it->id;
-                }
-                n += keep;
-            }
-        }
-    }
+    cap = (size_t)set_count(s, bits);
     pthread_mutex_unlock(&s->set_lock);
+    cap += cap / 16 + 64; /* writes during the walk */
+    v = malloc(cap * sizeof(*v));
+    *out = NULL;
+    if (v == NULL)
+        return 0;
+    for (size_t i = 0; i < s->nstripes; i++) {
+        struct stripe *sp = &s->stripes[i];
+        pthread_mutex_lock(&sp->lock);
+        if (n + sp->count > cap) {
+            size_t ncap = (n + sp->count) * 2;
+            riblt_id *nv = realloc(v, ncap * sizeof(*v));
+            if (nv == NULL) {
+                pthread_mutex_unlock(&sp->lock);
+                free(v);
+                return 0;
+            }
+            v = nv;
+            cap = ncap;
+        }
+        for (uint64_t b = 0; b <= sp->mask; b++)
+            for (store_item *it = sp->buckets[b]; it; it = it->hnext)
+                if (bits == NULL || bit_has(bits, it->part))
+                    v[n++] = item_id(it);
+        pthread_mutex_unlock(&sp->lock);
+    }
+    if (s->recs != NULL) {
+        pthread_mutex_lock(&s->rec_lock);
+        struct rec_collect rc = {v, n, cap, bits, false};
+        size_t nr = evrec_count(s->recs) + evrec_count(s->droptab);
+        uint64_t cursors[2] = {0, 0};
+        if (n + nr > cap) {
+            rc.cap = n + nr;
+            rc.v = realloc(v, rc.cap * sizeof(*v));
+            rc.failed = rc.v == NULL;
+        }
+        if (!rc.failed)
+            recs_walk(s, cursors, SIZE_MAX, rec_collect_fn, &rc);
+        pthread_mutex_unlock(&s->rec_lock);
+        if (rc.failed) {
+            free(v);
+            return 0;
+        }
+        v = rc.v;
+        n = rc.n;
+    }
     *out = v;
     return n;
 }
 
-/* Hands a tails snapshot to fn (no lock held) and frees it. */
-static size_t give_tails(struct jent *v, size_t n, store_tail_fn fn, void *arg)
+/* Hands a snapshot to fn as tails (none recorded) and frees it. */
+static size_t give_tails(riblt_id *v, size_t n, store_tail_fn fn, void *arg)
 {
-    for (size_t i = 0; i < n; i++) {
-        riblt_tail t = {v[i].tail >> 8, (uint32_t)(v[i].tail & 0xff)};
-        fn(arg, &v[i].id, &t);
-    }
+    riblt_tail t = {0, 0};
+
+    for (size_t i = 0; i < n; i++)
+        fn(arg, &v[i], &t);
     free(v);
     return n;
 }
 
-/* Hands an ids snapshot to fn (no lock held) and frees it. */
+/* Hands a snapshot to fn (no lock held) and frees it. */
 static size_t give_ids(riblt_id *v, size_t n, store_id_fn fn, void *arg)
 {
     for (size_t i = 0; i < n; i++)
@@ -2365,33 +2893,34 @@ static size_t give_ids(riblt_id *v, size_t n, store_id_fn fn, void *arg)
 }
 
 /*
- * Snapshot of the journal's ids with their tails (see store_journal_tails),
- * taken under the set lock, then handed to fn with no lock held.
+ * Snapshot of the set's ids (see set_snapshot), then handed to fn with no
+ * lock held; no tails are recorded (the encoder walks each id from its
+ * start).
  */
 size_t store_journal_tails(store *s, store_tail_fn fn, void *arg)
 {
-    void *v;
+    riblt_id *v;
     size_t n;
 
     if (s == NULL || fn == NULL)
         return 0;
-    n = journal_snapshot(s, NULL, true, &v);
+    n = set_snapshot(s, NULL, &v);
     return give_tails(v, n, fn, arg);
 }
 
 /*
- * Snapshot of the journal's ids, taken under the set lock, then handed to
- * fn with no lock held (fn may call into the store). Returns 0 without
- * calling fn when the snapshot cannot be allocated.
+ * Snapshot of the set's ids (see set_snapshot), then handed to fn with no
+ * lock held (fn may call into the store). Returns 0 without calling fn
+ * when the snapshot cannot be allocated.
  */
 size_t store_journal_ids(store *s, store_id_fn fn, void *arg)
 {
-    void *v;
+    riblt_id *v;
     size_t n;
 
     if (s == NULL || fn == NULL)
         return 0;
-    n = journal_snapshot(s, NULL, false, &v);
+    n = set_snapshot(s, NULL, &v);
     return give_ids(v, n, fn, arg);
 }
 
@@ -2399,12 +2928,12 @@ size_t store_journal_tails_parts(store *s, const uint32_t *parts,
                                  size_t nparts, store_tail_fn fn, void *arg)
 {
     uint64_t *bits;
-    void *v;
+    riblt_id *v;
     size_t n;
 
     if (s == NULL || fn == NULL || parts_bitmap(s, parts, nparts, &bits) < 0)
         return 0;
-    n = journal_snapshot(s, bits, true, &v);
+    n = set_snapshot(s, bits, &v);
     free(bits);
     return give_tails(v, n, fn, arg);
 }
@@ -2413,23 +2942,44 @@ size_t store_journal_ids_parts(store *s, const uint32_t *parts, size_t nparts,
                                store_id_fn fn, void *arg)
 {
     uint64_t *bits;
-    void *v;
+    riblt_id *v;
     size_t n;
 
     if (s == NULL || fn == NULL || parts_bitmap(s, parts, nparts, &bits) < 0)
         return 0;
-    n = journal_snapshot(s, bits, false, &v);
+    n = set_snapshot(s, bits, &v);
     free(bits);
     return give_ids(v, n, fn, arg);
 }
 
 /* ======================================================= maintenance */
 
+/* Takes dead records out of the set (evrec_walk callback, rec_lock held). */
+struct rec_sweep {
+    store *s;
+    tnow t;
+    const uint64_t *bits; /* drop: the partitions to take, dead or not */
+    size_t left;          /* removals allowed */
+};
+
+static bool rec_sweep_fn(void *arg, const evrec_entry *e)
+{
+    struct rec_sweep *rs = arg;
+
+    if (rs->left == 0 || (rs->bits != NULL ? !bit_has(rs->bits, e->part)
+                                           : !rec_dead(rs->s, e, &rs->t)))
+        return false;
+    rec_set_remove(rs->s, e);
+    rs->left--;
+    return true;
+}
+
 /*
  * Walks the key table from where the previous call stopped, removing dead
  * items, until it removed `budget` of them, visited about 8 * budget + 256
- * buckets, or came round once. One stripe lock at a time; concurrent
- * sweeps take turns.
+ * buckets, or came round once; then the record table likewise from its own
+ * cursor, with what is left of both bounds. One stripe lock at a time;
+ * concurrent sweeps take turns.
  */
 size_t store_sweep(store *s, size_t budget)
 {
@@ -2456,9 +3006,9 @@ size_t store_sweep(store *s, size_t budget)
                     pp = &it->hnext;
                     continue;
                 }
-                if (it->kind == STORE_KIND_VALUE) {
+                if (item_kind(it) == STORE_KIND_VALUE) {
                     COUNT_ADD(s, reclaimed, 1);
-                    if (!(atomic_load_explicit(&it->fbits, RELAXED) & FETCHED))
+                    if (!(atomic_load_explicit(&it->abits, RELAXED) & FETCHED))
                         COUNT_ADD(s, expired_unfetched, 1);
                 }
                 do_unlink(s, sp, pp);
@@ -2476,6 +3026,19 @@ size_t store_sweep(store *s, size_t budget)
         }
         pthread_mutex_unlock(&sp->lock);
     }
+    if (s->recs != NULL && removed < budget && visits < cap) {
+        struct rec_sweep rs = {s, {0, 0, 0}, NULL, budget - removed};
+        tnow_get(s, &rs.t);
+        pthread_mutex_lock(&s->rec_lock);
+        removed +=
+            recs_walk(s, s->rec_cursor, cap - visits, rec_sweep_fn, &rs);
+        /* Drops expire in a minute: give back what a burst grew. */
+        size_t dcap = evrec_capacity(s->droptab);
+        if (dcap > s->drop_cap0 && evrec_count(s->droptab) < dcap / 4)
+            drops_resize(s, dcap / 2 > s->drop_cap0 ? dcap / 2 : s->drop_cap0);
+        recs_sync(s);
+        pthread_mutex_unlock(&s->rec_lock);
+    }
     pthread_mutex_unlock(&s->sweep_lock);
     COUNT_ADD(s, swept, removed);
     return removed;
@@ -2487,7 +3050,7 @@ size_t store_sweep(store *s, size_t budget)
  */
 static uint64_t droppable(store *s, const uint64_t *bits)
 {
-    uint64_t n = journal_count(s, bits);
+    uint64_t n = set_count(s, bits);
     uint32_t g = s->opt.partitions; /* the flush's partition */
 
     if (n != 0 && bit_has(bits, g) &&
@@ -2499,7 +3062,7 @@ static uint64_t droppable(store *s, const uint64_t *bits)
 /*
  * Walks the key table from the drop cursor, one stripe lock at a time,
  * unlinking every non-flush item of the marked partitions (do_unlink: key
- * table, journal, sketch, LRU, accounting; no tombstone, no listener),
+ * table, set, sketch, accounting; no tombstone, no listener; and records),
  * until budget went, the partitions' count says none is left, the walk
  * came round once, or it visited DROP_VISITS(budget) entries and removed
  * at least one (so that 0 still means none is left).
@@ -2521,6 +3084,15 @@ size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
     pthread_mutex_lock(&s->set_lock);
     left = droppable(s, bits);
     pthread_mutex_unlock(&s->set_lock);
+    if (s->recs != NULL && left > 0) {
+        struct rec_sweep rs = {s, {0, 0, 0}, bits, budget};
+        pthread_mutex_lock(&s->rec_lock);
+        size_t n = recs_walk(s, s->drop_rec_cursor, cap, rec_sweep_fn, &rs);
+        recs_sync(s);
+        pthread_mutex_unlock(&s->rec_lock);
+        removed += n;
+        left = n < left ? left - n : 0;
+    }
     stripes_left = left ? s->nstripes + 1 : 0;
     while (stripes_left > 0 && DROP_MORE) {
         struct stripe *sp = &s->stripes[s->drop_stripe];
@@ -2531,7 +3103,8 @@ size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
             while (*pp != NULL && DROP_MORE) {
                 store_item *it = *pp;
                 visits++;
-                if (it->kind == STORE_KIND_FLUSH || !bit_has(bits, it->part)) {
+                if (item_kind(it) == STORE_KIND_FLUSH ||
+                    !bit_has(bits, it->part)) {
                     pp = &it->hnext;
                     continue;
                 }
@@ -2581,9 +3154,17 @@ void store_get_stats(store *s, store_stats *out)
         atomic_load_explicit(&s->evicted_unfetched, RELAXED);
     out->reclaimed = atomic_load_explicit(&s->reclaimed, RELAXED);
     pthread_mutex_lock(&s->set_lock);
-    out->mutations = s->jcount;
+    out->mutations = s->set_count;
     pthread_mutex_unlock(&s->set_lock);
     out->tombstones = atomic_load_explicit(&s->tombstones, RELAXED);
+    if (s->recs != NULL) {
+        pthread_mutex_lock(&s->rec_lock);
+        out->evicted_records = s->rec_evicted;
+        out->drops = s->rec_drops;
+        pthread_mutex_unlock(&s->rec_lock);
+        out->evict_records = evrec_capacity(s->recs);
+    }
+    out->drops_written = atomic_load_explicit(&s->drops_written, RELAXED);
     out->applied_remote = atomic_load_explicit(&s->applied_remote, RELAXED);
     out->stale_remote = atomic_load_explicit(&s->stale_remote, RELAXED);
     out->swept = atomic_load_explicit(&s->swept, RELAXED);

@@ -1,14 +1,15 @@
 /*
  * store.h -- the versioned mutation store.
  *
- * Every key's current state is one immutable mutation: a random 128-bit id,
- * a hybrid-clock version (ticks, node), a kind (value, tombstone, flush), the
- * client flags, an absolute expiry, the cas unique and the value. The
- * store keeps
- *   - the key table (key -> current mutation), under striped locks;
- *   - the journal (mutation id -> current mutation), the set that nodes
- *     reconcile: exactly the ids of the current mutation of every key held,
- *     tombstones included until swept;
+ * Every key's current state is one immutable mutation: a hybrid-clock
+ * version (ticks, node), a kind (value, tombstone, flush), the client flags,
+ * an absolute expiry, the cas unique and the value, named by a 128-bit id
+ * derived from key and version (store_mutation_id). The store keeps
+ *   - the key table (key -> current mutation), under striped locks. Its
+ *     mutations are the set that nodes reconcile: exactly the ids of the
+ *     current mutation of every key held, tombstones included until swept.
+ *     An id's high word is its key's cluster-wide hash, so the key table
+ *     also finds a mutation by id;
  *   - the materialized R-IBLT sketch of that set; in partitioned mode
  *     (store_options.partitions) one sketch per partition, the set being
  *     split by key (see "Partitions" below).
@@ -16,7 +17,7 @@
  * All writes, from clients and from peers, end in one internal function that
  * compares versions (last writer wins: a mutation replaces the current one
  * only with a strictly greater version), swaps the key's entry and updates
- * journal and sketch together. That is the only place versions are compared
+ * set and sketch together. That is the only place versions are compared
  * and the only place the sketch changes.
  *
  * Items handed out by the store are reference counted and immutable: a
@@ -72,6 +73,23 @@ enum store_kind {
                                  version ticks are <= flush_at, once the
                                  wall clock reaches flush_at; lives under the
                                  reserved empty key */
+    /*
+     * Keyless kinds: nkey 0, no value; id.hi is the key's cluster-wide hash
+     * (gid) and names the key; flags holds the key's partition.
+     */
+    STORE_KIND_EVICTED = 3, /* what an evicted value leaves on a replicating
+                               node: the value's own id, version and expiry;
+                               it keeps the sets of nodes that evicted
+                               different values equal, and keeps a round
+                               from fetching the value back. Never sent by
+                               push; a round gives it to a peer that lacks
+                               the mutation altogether */
+    STORE_KIND_DROP = 4,    /* a cluster-wide drop: beats every mutation of
+                               its key older than it on every node (value,
+                               record); written, one tick newer than the
+                               record it replaces, when a node's record
+                               table overflows. exptime: the unix second it
+                               was written; it leaves the set 60 s later */
 };
 
 /*
@@ -87,6 +105,7 @@ enum store_kind {
 /*
  * A mutation as it travels between nodes (and as store_apply takes it).
  * Pointers are borrowed for the call only; the store copies what it keeps.
+ * Its id must be store_mutation_id() of it.
  */
 typedef struct store_mutation {
     riblt_id id;
@@ -106,6 +125,13 @@ typedef struct store_mutation {
     const char *value;
     size_t nvalue;
 } store_mutation;
+
+/*
+ * The id of a mutation: a function of its key and version only, the same
+ * on every node (part of the peer protocol). High word: SipHash-1-3 of the
+ * key under a fixed key; low word: a mix of that, ticks and node, never 0.
+ */
+riblt_id store_mutation_id(const store_mutation *m);
 
 /* --------------------------------------------------------------- setup */
 
@@ -139,6 +165,14 @@ typedef struct store_options {
     uint32_t (*partition_fn)(void *arg, const char *key, size_t nkey);
     void *partition_arg;
     size_t partition_sketch_symbols; /* default 256 */
+    /*
+     * Bytes of memory_limit given to the records evicted values leave
+     * (STORE_KIND_EVICTED) and to drops: a table of evict_record_bytes / 36
+     * entries (a 32-byte slot and a 4-byte index slot each), less than
+     * memory_limit. 0 = an eviction leaves nothing (a node without peers). See
+     * "Eviction is local" in store.c.
+     */
+    size_t evict_record_bytes;
 } store_options;
 
 /* Largest number of partitions (items keep their partition in 16 bits). */
@@ -178,14 +212,6 @@ int64_t store_item_exptime(const store_item *it); /* absolute, 0 = never */
 uint64_t store_item_cas(const store_item *it);    /* the mutation's cas */
 uint8_t store_item_kind(const store_item *it);
 uint8_t store_item_marks(const store_item *it); /* STORE_MARK_* */
-/*
- * The state before the most recent read (store_get, store_gat) of the item
- * on this node, which is what meta 'l' and 'h' report to the reader that
- * just fetched it: seconds since the access before that read, and whether
- * the item had been fetched before it. last_access needs the store alive.
- */
-int64_t store_item_last_access(const store_item *it);
-bool store_item_fetched(const store_item *it);
 /* The item as a mutation (pointers valid while the reference is held). */
 void store_item_mutation(const store_item *it, store_mutation *out);
 
@@ -245,13 +271,23 @@ store_item *store_get(store *s, const char *key, size_t nkey);
 #define STORE_MISS_EXPIRED 1 /* its exptime has passed */
 #define STORE_MISS_FLUSHED 2 /* a flush_all in effect covers it */
 
-/*
- * store_get, and *why (may be NULL) tells a miss apart: 0 on a hit or when
- * the key holds no value (missing, deleted), STORE_MISS_EXPIRED or
- * STORE_MISS_FLUSHED when it holds one that is no longer visible (for the
- * get_expired / get_flushed stats; flushed wins when both apply).
- */
-store_item *store_get_ex(store *s, const char *key, size_t nkey, int *why);
+/* What a read tells besides the item (store_get_ex, store_gat_ex). */
+typedef struct store_read_info {
+    /* On a miss: 0 when the key holds no value (missing, deleted),
+     * STORE_MISS_EXPIRED or STORE_MISS_FLUSHED when it holds one that is no
+     * longer visible (for the get_expired / get_flushed stats; flushed wins
+     * when both apply). 0 on a hit. */
+    int why;
+    /* On a hit, the item's state before this read, which is what meta 'l'
+     * and 'h' report: seconds since the access before it, and whether a
+     * client had read the item before. */
+    int64_t last_access;
+    bool fetched;
+} store_read_info;
+
+/* store_get, filling *ri (may be NULL). */
+store_item *store_get_ex(store *s, const char *key, size_t nkey,
+                         store_read_info *ri);
 
 /*
  * get-and-touch: like store_get, and when the key is live, replaces it by a
@@ -260,9 +296,9 @@ store_item *store_get_ex(store *s, const char *key, size_t nkey, int *why);
  */
 store_item *store_gat(store *s, const char *key, size_t nkey, int64_t exptime);
 
-/* store_gat, and *why (may be NULL) tells a miss apart as store_get_ex. */
+/* store_gat, filling *ri (may be NULL) as store_get_ex. */
 store_item *store_gat_ex(store *s, const char *key, size_t nkey,
-                         int64_t exptime, int *why);
+                         int64_t exptime, store_read_info *ri);
 
 /*
  * Sets a live key's expiry (new mutation, same value, flags and cas).
@@ -270,7 +306,8 @@ store_item *store_gat_ex(store *s, const char *key, size_t nkey,
  */
 int store_touch(store *s, const char *key, size_t nkey, int64_t exptime);
 
-/* store_touch, and *why (may be NULL) tells a miss apart as store_get_ex. */
+/* store_touch, and *why (may be NULL) tells a miss apart as
+ * store_read_info.why. */
 int store_touch_ex(store *s, const char *key, size_t nkey, int64_t exptime,
                    int *why);
 
@@ -356,7 +393,22 @@ int store_apply(store *s, const store_mutation *m);
 /* Returns a referenced item holding the mutation with this id, or NULL. */
 store_item *store_fetch(store *s, const riblt_id *id);
 
-/* 1 if the journal holds this mutation id. */
+/*
+ * The mutation with this id, as store_item_mutation gives it: from an item
+ * (then *hold gets a reference and the pointers in *m stay valid until
+ * store_item_release(*hold)), or from a keyless record (*hold NULL). false
+ * when the set does not hold it.
+ */
+bool store_fetch_mutation(store *s, const riblt_id *id, store_mutation *m,
+                          store_item **hold);
+
+/*
+ * The partition a mutation belongs to: its key's, or for keyless kinds the
+ * one it carries in flags (P when out of range, which store_apply refuses).
+ */
+uint32_t store_mutation_partition(const store *s, const store_mutation *m);
+
+/* 1 if the set holds this mutation id (an item or a record). */
 bool store_has(store *s, const riblt_id *id);
 
 /*
@@ -369,7 +421,7 @@ size_t store_sketch_symbols(const store *s);
 
 /*
  * Copies n sketch symbols from offset: a consistent slice (taken under the
- * sketch lock). *set_size gets coded symbol 0's count (journal size). In
+ * sketch lock). *set_size gets coded symbol 0's count (set size). In
  * partitioned mode: the sum of every partition's sketch, as
  * store_sketch_read_parts over all P + 1 partitions.
  */
@@ -377,8 +429,9 @@ int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
                       int64_t *set_size);
 
 /*
- * Calls fn for every mutation id in the journal, in no order, under a
- * snapshot taken atomically (ids only). Returns the number of ids.
+ * Calls fn for every mutation id in the set (the "journal"), in no order,
+ * from a snapshot taken one key-table stripe at a time: each stripe's ids
+ * are those of one instant, not the whole set's. Returns the number of ids.
  */
 typedef void (*store_id_fn)(void *arg, const riblt_id *id);
 size_t store_journal_ids(store *s, store_id_fn fn, void *arg);
@@ -386,9 +439,9 @@ size_t store_journal_ids(store *s, store_id_fn fn, void *arg);
 /*
  * Like store_journal_ids, also giving where each id's mapping leaves the
  * sketch (riblt_tail; steps 0 = not recorded, start that id from its
- * beginning), so an encoder for the stream beyond the sketch can be built
- * without walking every mapping again (riblt_encoder_add_tail with base =
- * store_sketch_symbols()).
+ * beginning). Items keep no tail (it cost 8 bytes an item), so every tail
+ * is steps 0 and an encoder built with riblt_encoder_add_tail walks each
+ * id from its start.
  */
 typedef void (*store_tail_fn)(void *arg, const riblt_id *id,
                               const riblt_tail *tail);
@@ -401,10 +454,10 @@ size_t store_journal_tails(store *s, store_tail_fn fn, void *arg);
  * item belongs to one partition: partition_fn(key) for a key, the global
  * partition P for the empty key (flush mutations). The store calls
  * partition_fn once per mutation it creates or applies and keeps the
- * result in the item. Each partition has its own journal count and its own
+ * result in the item. Each partition has its own mutation count and its own
  * materialized sketch of store_sketch_symbols() symbols, updated under the
- * same lock as the journal, so each partition's sketch is exactly the
- * sketch of its journal ids (invariant 1 per partition), and the sketch of
+ * same lock as the count, so each partition's sketch is exactly the
+ * sketch of its mutations' ids (invariant 1 per partition), and the sketch of
  * a union of partitions is the sum of their sketches (coded symbols are
  * linear). Unpartitioned (P = 0), everything is in partition 0 and the
  * functions below work with the partition list {0}.
@@ -465,7 +518,7 @@ int store_partition_stats(store *s, uint32_t p, uint64_t *mutations,
 
 /*
  * Forgets up to `budget` mutations of the listed partitions (a node that no
- * longer owns them): they leave key table, journal, sketch and LRU WITHOUT
+ * longer owns them): they leave key table, records, set and sketch WITHOUT
  * tombstones and WITHOUT calling the listener, because losing ownership is
  * not a change of the data and must not replicate. Memory and the stats
  * (curr_items, bytes, mutations, tombstones) follow; each counts in
@@ -487,7 +540,9 @@ size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
 
 /*
  * Sweeps up to budget entries: tombstones and expired/flushed items past the
- * grace leave the key table, journal and sketch. Returns how many went.
+ * grace, and records of evicted values as the values would, and drops 60 s
+ * after they were written, leave the key table, records, set and sketch.
+ * Returns how many went.
  */
 size_t store_sweep(store *s, size_t budget);
 
@@ -502,10 +557,14 @@ typedef struct store_stats {
     uint64_t expired_unfetched;
     uint64_t evicted_unfetched;
     uint64_t reclaimed;
-    uint64_t mutations; /* journal size = sketch symbol 0 count */
+    uint64_t mutations; /* set size = sketch symbol 0 count */
     uint64_t tombstones;
-    uint64_t applied_remote; /* peer mutations accepted */
-    uint64_t stale_remote;   /* peer mutations dropped as older */
+    uint64_t evicted_records; /* STORE_KIND_EVICTED records held */
+    uint64_t drops;           /* STORE_KIND_DROP records held */
+    uint64_t drops_written;   /* record table overflows turned into drops */
+    uint64_t evict_records;   /* record table capacity */
+    uint64_t applied_remote;  /* peer mutations accepted */
+    uint64_t stale_remote;    /* peer mutations dropped as older */
     uint64_t swept;
     uint64_t dropped; /* mutations forgotten by store_drop_partitions */
     uint64_t hash_power_level;

@@ -138,8 +138,6 @@ static size_t batch(uint8_t *p, size_t cap)
     store_mutation m[3];
     memset(m, 0, sizeof(m));
     for (int i = 0; i < 3; i++) {
-        m[i].id.lo = 0x1111111111111111ULL * (uint64_t)(i + 1);
-        m[i].id.hi = 0xabcdef;
         m[i].version.ticks = FUZZ_T0_NS + (uint64_t)i;
         m[i].version.node = 2;
         m[i].flags = (uint32_t)i;
@@ -155,6 +153,8 @@ static size_t batch(uint8_t *p, size_t cap)
     m[1].nkey = 4;
     m[2].kind = STORE_KIND_FLUSH;
     m[2].flush_at = FUZZ_T0_NS;
+    for (int i = 0; i < 3; i++)
+        m[i].id = store_mutation_id(&m[i]);
     size_t off = 5;
     p[0] = 0;
     repl_wire_put_u32(p + 1, 3);

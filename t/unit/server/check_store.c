@@ -32,7 +32,9 @@ static void advance(fake_clock *c, uint64_t secs)
     __atomic_fetch_add(&c->ns, secs * NS, __ATOMIC_RELAXED);
 }
 
-static store *mk(fake_clock *c, uint32_t node, size_t limit)
+/* A store with a record table of rec_bytes (see store_options). */
+static store *mk_rec(fake_clock *c, uint32_t node, size_t limit,
+                     size_t rec_bytes)
 {
     store_options o;
     int err = 99;
@@ -44,12 +46,19 @@ static store *mk(fake_clock *c, uint32_t node, size_t limit)
     o.sketch_symbols = 256;
     o.hash_power = 8;
     o.tombstone_grace = 100;
+    o.evict_record_bytes = rec_bytes;
     o.clock = fake_now;
     o.clock_arg = c;
     s = store_create(&o, &err);
     ck_assert_ptr_nonnull(s);
     ck_assert_int_eq(err, STORE_OK);
     return s;
+}
+
+/* A store without records: evictions leave nothing (a lone node). */
+static store *mk(fake_clock *c, uint32_t node, size_t limit)
+{
+    return mk_rec(c, node, limit, 0);
 }
 
 static int wr(store *s, enum store_set_mode mode, const char *k, const char *v,
@@ -115,14 +124,16 @@ static int64_t set_size(store *s)
     return n;
 }
 
-static store_mutation mut(uint64_t idlo, uint64_t ticks, uint32_t node,
+/*
+ * A peer mutation with cas `cas` (non-zero for a value). Its id follows from
+ * key and version: apply() sets it after the caller's changes.
+ */
+static store_mutation mut(uint64_t cas, uint64_t ticks, uint32_t node,
                           uint8_t kind, const char *k, const char *v)
 {
     store_mutation m;
     memset(&m, 0, sizeof(m));
-    m.id.lo = idlo;
-    m.id.hi = idlo * 7919 + 13;
-    m.cas = idlo;
+    m.cas = cas;
     m.version.ticks = ticks;
     m.version.node = node;
     m.kind = kind;
@@ -130,7 +141,15 @@ static store_mutation mut(uint64_t idlo, uint64_t ticks, uint32_t node,
     m.nkey = k ? strlen(k) : 0;
     m.value = v;
     m.nvalue = v ? strlen(v) : 0;
+    m.id = store_mutation_id(&m);
     return m;
+}
+
+/* store_apply of m with its id set from key and version. */
+static int apply(store *s, store_mutation *m)
+{
+    m->id = store_mutation_id(m);
+    return store_apply(s, m);
 }
 
 /* Compares the whole sketches (and so the sets) of two stores. */
@@ -226,7 +245,7 @@ START_TEST(test_hybrid_clock)
     ck_assert_uint_eq(stats(s).clock_ticks, T0 + 1);
     /* A peer far ahead pulls the clock with it. */
     store_mutation m = mut(55, T0 + 5000, 9, STORE_KIND_VALUE, "p", "x");
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
     ck_assert_uint_ge(store_clock_now(s).ticks, T0 + 5000);
     store_item *it;
     ck_assert_int_eq(set(s, "q", "y"), STORE_STORED);
@@ -522,13 +541,14 @@ START_TEST(test_touch_gat)
     ck_assert_uint_eq(c1, c2);
     advance(&c, 10);
     expect(s, "t", "val");
-    store_item *it = store_gat(s, "t", 1, now + 40);
+    store_read_info ri;
+    store_item *it = store_gat_ex(s, "t", 1, now + 40, &ri);
     ck_assert_ptr_nonnull(it);
     ck_assert_int_eq(store_item_exptime(it), now + 40);
     ck_assert_uint_eq(store_item_flags(it), 8);
     ck_assert_uint_eq(store_item_cas(it), c2);
     /* The previous read is remembered (meta 'h'). */
-    ck_assert(store_item_fetched(it));
+    ck_assert(ri.fetched);
     store_item_release(it);
     ck_assert_uint_eq(stats(s).mutations, 1);
     advance(&c, 25);
@@ -549,16 +569,25 @@ START_TEST(test_fetched_last_access)
     fake_clock c = {T0};
     store *s = mk(&c, 1, 0);
 
+    store_read_info ri;
     ck_assert_int_eq(set(s, "a", "1"), STORE_STORED);
     advance(&c, 7);
-    store_item *it = store_get(s, "a", 1);
-    ck_assert(!store_item_fetched(it));
-    ck_assert_int_eq(store_item_last_access(it), 7);
+    store_item *it = store_get_ex(s, "a", 1, &ri);
+    ck_assert(!ri.fetched);
+    ck_assert_int_eq(ri.last_access, 7);
     store_item_release(it);
     advance(&c, 3);
-    it = store_get(s, "a", 1);
-    ck_assert(store_item_fetched(it));
-    ck_assert_int_eq(store_item_last_access(it), 3);
+    it = store_get_ex(s, "a", 1, &ri);
+    ck_assert(ri.fetched);
+    ck_assert_int_eq(ri.last_access, 3);
+    store_item_release(it);
+    /* gat is a read too; touch is not. */
+    advance(&c, 2);
+    ck_assert_int_eq(store_touch(s, "a", 1, 0), STORE_OK);
+    advance(&c, 1);
+    it = store_gat_ex(s, "a", 1, 0, &ri);
+    ck_assert(ri.fetched);
+    ck_assert_int_eq(ri.last_access, 3);
     store_item_release(it);
     store_destroy(s);
 }
@@ -602,30 +631,31 @@ START_TEST(test_lww_apply)
     store_mutation m;
 
     m = mut(100, T0 + 10, 3, STORE_KIND_VALUE, "k", "first");
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
+    riblt_id id100 = m.id;
     expect(s, "k", "first");
     /* Same mutation again: equal version loses. */
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     /* Older loses. */
     m = mut(101, T0 + 9, 9, STORE_KIND_VALUE, "k", "older");
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     /* Equal version with another id loses (not strictly greater). */
     m = mut(102, T0 + 10, 3, STORE_KIND_VALUE, "k", "tie");
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     expect(s, "k", "first");
     /* Same ticks, larger node wins. */
     m = mut(103, T0 + 10, 4, STORE_KIND_VALUE, "k", "node4");
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
     expect(s, "k", "node4");
     /* Newer wins. */
     m = mut(104, T0 + 11, 1, STORE_KIND_VALUE, "k", "newer");
     m.flags = 77;
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
+    riblt_id id104 = m.id;
     store_item *it = store_get(s, "k", 1);
     ck_assert_uint_eq(store_item_flags(it), 77);
     ck_assert_uint_eq(store_item_cas(it), 104);
     store_item_release(it);
-    riblt_id id100 = {100, 100 * 7919 + 13}, id104 = {104, 104 * 7919 + 13};
     ck_assert(!store_has(s, &id100));
     ck_assert(store_has(s, &id104));
     it = store_fetch(s, &id104);
@@ -677,13 +707,26 @@ START_TEST(test_apply_invalid)
     m.cas = 0;
     ck_assert_int_eq(store_apply(s, &m), STORE_OK);
     ck_assert_uint_eq(stats(s).mutations, 1);
-    /* The same id under a second key is refused. */
+    /* An id that is not the one of its key and version is refused: the
+     * id of the same version under another key, or any other. */
     m = mut(1, T0, 3, STORE_KIND_VALUE, "k", "v");
     ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    riblt_id kid = m.id;
     m = mut(1, T0, 3, STORE_KIND_VALUE, "k2", "v");
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    m.id = kid;
+    ck_assert_int_eq(store_apply(s, &m), STORE_ERR_INVAL);
+    m = mut(1, T0 + 1, 3, STORE_KIND_VALUE, "k2", "v");
+    m.id.lo ^= 1;
+    ck_assert_int_eq(store_apply(s, &m), STORE_ERR_INVAL);
     expect(s, "k2", NULL);
     ck_assert_int_eq(set_size(s), 2);
+    /* Ids are the same on every store: a function of key and version. */
+    store *o = mk(&c, 6, 0);
+    m = mut(1, T0, 3, STORE_KIND_VALUE, "k", "v");
+    ck_assert_int_eq(store_apply(o, &m), STORE_OK);
+    ck_assert(store_has(o, &kid));
+    ck_assert(store_has(s, &kid));
+    store_destroy(o);
     store_destroy(s);
 }
 END_TEST
@@ -700,10 +743,10 @@ START_TEST(test_far_expiry_not_swept)
     store *s = mk(&c, 5, 0);
     store_mutation m = mut(20, T0, 3, STORE_KIND_VALUE, "far", "v");
     m.exptime = INT64_MAX;
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
     m = mut(21, T0, 3, STORE_KIND_TOMBSTONE, "gone", NULL);
     m.exptime = INT64_MAX;
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
     advance(&c, 100000);
     ck_assert_uint_eq(store_sweep(s, 1000), 0);
     ck_assert_int_eq(set_size(s), 2);
@@ -719,17 +762,17 @@ START_TEST(test_no_resurrection)
     store_mutation m;
 
     m = mut(10, T0 - 1000, 3, STORE_KIND_VALUE, "k", "old");
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
     ck_assert_int_eq(store_delete(s, "k", 1, 0), STORE_DELETED);
     /* A late, older write from a peer does not come back. */
     m = mut(11, T0 - 500, 3, STORE_KIND_VALUE, "k", "late");
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     expect(s, "k", NULL);
     /* Within the grace the tombstone stays in journal and sketch. */
     advance(&c, 99);
     ck_assert_uint_eq(store_sweep(s, 1000), 0);
     ck_assert_int_eq(set_size(s), 1);
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     /* After the grace the sweep takes it out of both. */
     advance(&c, 1);
     ck_assert_uint_eq(store_sweep(s, 1000), 1);
@@ -747,14 +790,14 @@ START_TEST(test_no_resurrection)
     /* A tombstone that is past its sweep point does not enter. */
     m = mut(12, T0, 3, STORE_KIND_TOMBSTONE, "z", NULL);
     m.exptime = (int64_t)(T0 / NS) - 100;
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     ck_assert_int_eq(set_size(s), 0);
     /* A fresh one does, and still beats older values. */
     m = mut(13, T0 + 100 * NS, 3, STORE_KIND_TOMBSTONE, "z", NULL);
     m.exptime = (int64_t)(T0 / NS) + 100;
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
     m = mut(14, T0 + 50 * NS, 3, STORE_KIND_VALUE, "z", "v");
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     expect(s, "z", NULL);
     store_destroy(s);
 }
@@ -793,17 +836,17 @@ START_TEST(test_expiry)
     /* A peer's mutation expired long ago is dropped, and retires the
      * older value it replaces, as if it had come in time and been swept. */
     store_mutation m = mut(9, T0 + 1, 2, STORE_KIND_VALUE, "p", "v");
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
     m = mut(10, T0 + 2, 2, STORE_KIND_VALUE, "p", "w");
     m.exptime = (int64_t)(T0 / NS) - 5;
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     expect(s, "p", NULL);
     riblt_id id9 = {9, 9 * 7919 + 13};
     ck_assert(!store_has(s, &id9));
     /* Expired but not yet dead: enters the set, a miss. */
     m = mut(11, T0 + 3, 2, STORE_KIND_VALUE, "q", "w");
     m.exptime = (int64_t)(c.ns / NS) - 5;
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
     expect(s, "q", NULL);
     store_destroy(s);
 }
@@ -841,20 +884,20 @@ START_TEST(test_flush_immediate)
     m.key = "b";
     m.nkey = 1;
     m.id.lo ^= 0x55;
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     expect(s, "b", NULL);
     /* Ticks equal to flush_at are covered too. */
     store_mutation fm;
     store_item_mutation(rec.items[2], &fm);
     ck_assert_uint_eq(fm.flush_at, fm.version.ticks);
     m = mut(499, fm.flush_at, 0, STORE_KIND_VALUE, "b", "edge");
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     m = mut(498, fm.flush_at, 0, STORE_KIND_TOMBSTONE, "b", NULL);
     m.exptime = (int64_t)(T0 / NS);
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     m = mut(500, store_clock_now(s).ticks + 1, 2, STORE_KIND_VALUE, "b",
             "new");
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
     expect(s, "b", "new");
     store_item_release(held);
     recorder_free(&rec);
@@ -903,9 +946,9 @@ START_TEST(test_flush_from_peer)
     store_mutation m;
     store_item_mutation(rec.items[1], &m);
     ck_assert_int_eq(m.kind, STORE_KIND_FLUSH);
-    ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    ck_assert_int_eq(apply(b, &m), STORE_OK);
     store_item_mutation(rec.items[0], &m);
-    ck_assert_int_eq(store_apply(b, &m), STORE_STALE);
+    ck_assert_int_eq(apply(b, &m), STORE_STALE);
     expect(b, "x", NULL);
     ck_assert_uint_eq(store_sweep(a, 100), 1);
     same_sketch(a, b);
@@ -915,7 +958,7 @@ START_TEST(test_flush_from_peer)
     store *e = mk(&c2, 4, 0);
     m = mut(600, T0, 2, STORE_KIND_FLUSH, NULL, NULL);
     m.flush_at = c2.ns;
-    ck_assert_int_eq(store_apply(e, &m), STORE_OK);
+    ck_assert_int_eq(apply(e, &m), STORE_OK);
     ck_assert_int_eq(set(e, "k", "v"), STORE_STORED);
     expect(e, "k", "v");
     store_destroy(e);
@@ -937,7 +980,7 @@ START_TEST(test_cas_same_on_peers)
     ck_assert_uint_eq(rec.n, 1);
     store_mutation m;
     store_item_mutation(rec.items[0], &m);
-    ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    ck_assert_int_eq(apply(b, &m), STORE_OK);
     uint64_t ca = cas_of(a, "k");
     ck_assert_uint_eq(ca, cas_of(b, "k"));
     /* gets on a, cas on b. */
@@ -1008,7 +1051,7 @@ START_TEST(test_stale_marks)
     store_mutation m;
     store_item_mutation(rec.items[rec.n - 1], &m);
     ck_assert_uint_eq(m.marks, STORE_MARK_STALE | STORE_MARK_WON);
-    ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    ck_assert_int_eq(apply(b, &m), STORE_OK);
     ck_assert_uint_eq(marks_of(b, "k"), STORE_MARK_STALE | STORE_MARK_WON);
     ck_assert_uint_eq(cas_of(b, "k"), c1);
 
@@ -1017,11 +1060,11 @@ START_TEST(test_stale_marks)
     bad.id.lo ^= 1;
     bad.version.ticks += 1000;
     bad.marks = 0x4;
-    ck_assert_int_eq(store_apply(b, &bad), STORE_ERR_INVAL);
+    ck_assert_int_eq(apply(b, &bad), STORE_ERR_INVAL);
     bad.marks = STORE_MARK_STALE;
     bad.kind = STORE_KIND_TOMBSTONE;
     bad.nvalue = 0;
-    ck_assert_int_eq(store_apply(b, &bad), STORE_ERR_INVAL);
+    ck_assert_int_eq(apply(b, &bad), STORE_ERR_INVAL);
 
     /* A recache with the cas read before the invalidation: stored, still
      * stale, the invalidated expiry and the win kept. Without invalidate
@@ -1133,16 +1176,16 @@ START_TEST(test_set_invariant)
     store_mutation m;
     for (size_t i = 0; i < n; i++) {
         store_item_mutation(rec.items[i], &m);
-        int r = store_apply(b, &m);
+        int r = apply(b, &m);
         ck_assert(r == STORE_OK || r == STORE_STALE);
         store_item_mutation(rec.items[n - 1 - i], &m);
-        r = store_apply(d, &m);
+        r = apply(d, &m);
         ck_assert(r == STORE_OK || r == STORE_STALE);
     }
     /* b saw them in order, d in reverse; now shuffled again into b. */
     for (size_t i = 0; i < n; i++) {
         store_item_mutation(rec.items[order[i]], &m);
-        ck_assert_int_eq(store_apply(b, &m), STORE_STALE);
+        ck_assert_int_eq(apply(b, &m), STORE_STALE);
     }
     store_sweep(a, SIZE_MAX);
     store_sweep(b, SIZE_MAX);
@@ -1181,8 +1224,8 @@ START_TEST(test_listener)
                      STORE_NOT_STORED);
     ck_assert_int_eq(store_delete(s, "a", 1, 0), STORE_DELETED);
     store_mutation m = mut(77, T0 + 100, 2, STORE_KIND_VALUE, "r", "v");
-    ck_assert_int_eq(store_apply(s, &m), STORE_OK);
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_OK);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     ck_assert_uint_eq(rec.n, 3);
     ck_assert(rec.local[0] && rec.local[1] && !rec.local[2]);
     ck_assert_int_eq(store_item_kind(rec.items[1]), STORE_KIND_TOMBSTONE);
@@ -1275,7 +1318,7 @@ START_TEST(test_apply_keeps_cas)
     /* A record whose cas is not its id's low word keeps that cas. */
     store_mutation m = mut(300, T0 + 1, 7, STORE_KIND_VALUE, "p", "x");
     m.cas = 0xfeedfacecafe;
-    ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    ck_assert_int_eq(apply(b, &m), STORE_OK);
     ck_assert_uint_eq(cas_of(b, "p"), 0xfeedfacecafe);
     store_item *it = store_get(b, "p", 1);
     store_mutation out;
@@ -1295,7 +1338,7 @@ START_TEST(test_apply_keeps_cas)
     for (size_t i = 0; i < rec.n; i++) {
         store_item_mutation(rec.items[i], &m);
         ck_assert_uint_eq(m.cas, ca);
-        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+        ck_assert_int_eq(apply(b, &m), STORE_OK);
     }
     ck_assert_uint_eq(cas_of(b, "k"), ca);
     it = store_get(b, "k", 1);
@@ -1378,37 +1421,37 @@ START_TEST(test_get_ex_why)
     fake_clock c = {T0};
     store *s = mk(&c, 1, 0);
     int64_t now = (int64_t)(T0 / NS);
-    int why = 99;
+    store_read_info ri;
 
-    ck_assert_ptr_null(store_get_ex(s, "none", 4, &why));
-    ck_assert_int_eq(why, 0);
+    ck_assert_ptr_null(store_get_ex(s, "none", 4, &ri));
+    ck_assert_int_eq(ri.why, 0);
     ck_assert_int_eq(wr(s, STORE_SET, "e", "v", 0, now + 5, 0, NULL),
                      STORE_STORED);
     ck_assert_int_eq(set(s, "d", "v"), STORE_STORED);
     ck_assert_int_eq(store_delete(s, "d", 1, 0), STORE_DELETED);
-    store_item *it = store_get_ex(s, "e", 1, &why);
+    store_item *it = store_get_ex(s, "e", 1, &ri);
     ck_assert_ptr_nonnull(it);
-    ck_assert_int_eq(why, 0);
+    ck_assert_int_eq(ri.why, 0);
     store_item_release(it);
-    why = 99;
-    ck_assert_ptr_null(store_get_ex(s, "d", 1, &why));
-    ck_assert_int_eq(why, 0); /* deleted: a plain miss */
+    ri.why = 99;
+    ck_assert_ptr_null(store_get_ex(s, "d", 1, &ri));
+    ck_assert_int_eq(ri.why, 0); /* deleted: a plain miss */
     advance(&c, 5);
-    ck_assert_ptr_null(store_get_ex(s, "e", 1, &why));
-    ck_assert_int_eq(why, STORE_MISS_EXPIRED);
+    ck_assert_ptr_null(store_get_ex(s, "e", 1, &ri));
+    ck_assert_int_eq(ri.why, STORE_MISS_EXPIRED);
     ck_assert_ptr_null(store_get_ex(s, "e", 1, NULL));
     ck_assert_int_eq(set(s, "f", "v"), STORE_STORED);
     advance(&c, 1);
     ck_assert_int_eq(store_flush_all(s, 0), STORE_OK);
-    ck_assert_ptr_null(store_get_ex(s, "f", 1, &why));
-    ck_assert_int_eq(why, STORE_MISS_FLUSHED);
+    ck_assert_ptr_null(store_get_ex(s, "f", 1, &ri));
+    ck_assert_int_eq(ri.why, STORE_MISS_FLUSHED);
     /* Expired and flushed: flushed. */
-    ck_assert_ptr_null(store_get_ex(s, "e", 1, &why));
-    ck_assert_int_eq(why, STORE_MISS_FLUSHED);
+    ck_assert_ptr_null(store_get_ex(s, "e", 1, &ri));
+    ck_assert_int_eq(ri.why, STORE_MISS_FLUSHED);
     /* Invalid keys are plain misses. */
-    why = 99;
-    ck_assert_ptr_null(store_get_ex(s, "", 0, &why));
-    ck_assert_int_eq(why, 0);
+    ri.why = 99;
+    ck_assert_ptr_null(store_get_ex(s, "", 0, &ri));
+    ck_assert_int_eq(ri.why, 0);
     store_destroy(s);
 }
 END_TEST
@@ -1441,7 +1484,7 @@ START_TEST(test_overwrite_sketch)
         ck_assert_ptr_nonnull(it);
         store_mutation m;
         store_item_mutation(it, &m);
-        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+        ck_assert_int_eq(apply(b, &m), STORE_OK);
         store_item_release(it);
     }
     same_sketch(a, b);
@@ -1452,111 +1495,213 @@ START_TEST(test_overwrite_sketch)
 }
 END_TEST
 
-START_TEST(test_eviction_lru)
+/*
+ * Reads keep items from eviction (the clock's second chance), and unread
+ * items go oldest first (the age gate).
+ */
+START_TEST(test_eviction_clock)
 {
     fake_clock c = {T0};
-    size_t one = item_bytes("a", 2000);
-    store *s = mk(&c, 1, one * 3 + one / 2);
-    char v[2001];
-    recorder rec;
+    size_t one = item_bytes("k:0000", 100);
+    store *s = mk(&c, 1, one * 200);
+    char key[16], v[101];
 
-    memset(v, 'v', 2000);
-    v[2000] = 0;
-    recorder_init(&rec);
-    store_set_listener(s, record, &rec);
-    ck_assert_int_eq(set(s, "a", v), STORE_STORED);
-    ck_assert_int_eq(set(s, "b", v), STORE_STORED);
-    ck_assert_int_eq(set(s, "c", v), STORE_STORED);
-    ck_assert_uint_eq(stats(s).evictions, 0);
-    store_mutation bm;
-    store_item_mutation(rec.items[1], &bm);
-    /* A read more than a minute later moves a to the head. */
-    advance(&c, 61);
-    store_item_release(store_get(s, "a", 1));
-    ck_assert_int_eq(set(s, "d", v), STORE_STORED);
-    store_stats st = stats(s);
-    ck_assert_uint_eq(st.evictions, 1);
-    ck_assert_uint_eq(st.evicted_unfetched, 1);
-    ck_assert_uint_eq(st.curr_items, 3);
-    ck_assert_uint_eq(st.tombstones, 1);
-    ck_assert_uint_le(st.bytes, one * 3 + one / 2);
-    expect(s, "b", NULL);
-    expect(s, "a", v);
-    expect(s, "c", v);
-    expect(s, "d", v);
-    /* Evictions are not reported to the listener. */
-    ck_assert_uint_eq(rec.n, 4);
-    /* The tombstone: version (b.ticks + 1, b.node), in the journal. */
-    riblt_id bid = bm.id;
-    ck_assert(!store_has(s, &bid));
-    ck_assert_uint_eq(st.mutations, 4);
-    /* A peer replaying b's write finds it beaten by the tombstone. */
-    ck_assert_int_eq(store_apply(s, &bm), STORE_STALE);
-    store_mutation next = bm;
-    next.version.ticks = bm.version.ticks + 1;
-    next.id.lo ^= 1;
-    ck_assert_int_eq(store_apply(s, &next), STORE_STALE);
-    /* An eviction tombstone leaves after 60 s, before the 100 s grace. */
-    store_item *tomb = NULL;
-    idlist ids = {.n = 0};
-    store_journal_ids(s, collect, &ids);
-    for (size_t i = 0; i < ids.n; i++) {
-        store_item *it = store_fetch(s, &ids.ids[i]);
-        if (store_item_kind(it) == STORE_KIND_TOMBSTONE)
-            tomb = it;
-        else
-            store_item_release(it);
+    memset(v, 'v', 100);
+    v[100] = 0;
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof(key), "k:%04d", i);
+        ck_assert_int_eq(set(s, key, v), STORE_STORED);
     }
-    ck_assert_ptr_nonnull(tomb);
-    store_mutation tm;
-    store_item_mutation(tomb, &tm);
-    ck_assert_uint_eq(tm.version.ticks, bm.version.ticks + 1);
-    ck_assert_uint_eq(tm.version.node, bm.version.node);
-    ck_assert_uint_eq(tm.nkey, 1);
-    ck_assert_int_eq(tm.key[0], 'b');
-    ck_assert_uint_ne(tm.flags, 0);
-    store_item_release(tomb);
-    advance(&c, 59);
-    ck_assert_uint_eq(store_sweep(s, 100), 0);
-    advance(&c, 1);
-    ck_assert_uint_eq(store_sweep(s, 100), 1);
-    ck_assert_uint_eq(stats(s).tombstones, 0);
-    next.version.node = bm.version.node + 1;
-    next.id.lo ^= 2;
-    ck_assert_int_eq(store_apply(s, &next), STORE_OK);
-    recorder_free(&rec);
+    ck_assert_uint_eq(stats(s).evictions, 0);
+    /* k:0000..k:0019 are read before every write: the hand always finds
+     * them referenced. Everything else is written once and never read. */
+    for (int i = 200; i < 2000; i++) {
+        for (int h = 0; h < 20; h++) {
+            snprintf(key, sizeof(key), "k:%04d", h);
+            store_item_release(store_get(s, key, 6));
+        }
+        snprintf(key, sizeof(key), "k:%04d", i);
+        ck_assert_int_eq(set(s, key, v), STORE_STORED);
+    }
+    store_stats st = stats(s);
+    ck_assert_uint_ge(st.evictions, 1790);
+    ck_assert_uint_eq(st.evicted_unfetched, st.evictions);
+    ck_assert_uint_le(st.curr_items, 200);
+    for (int h = 0; h < 20; h++) {
+        snprintf(key, sizeof(key), "k:%04d", h);
+        expect(s, key, v);
+    }
+    /* Oldest first: of the last 180 written, most are still here. */
+    int recent = 0;
+    for (int i = 1820; i < 2000; i++) {
+        snprintf(key, sizeof(key), "k:%04d", i);
+        store_item *it = store_get(s, key, 6);
+        recent += it != NULL;
+        store_item_release(it);
+    }
+    ck_assert_int_ge(recent, 120);
+    /* A lone store (no record table) leaves nothing behind. */
+    ck_assert_uint_eq(st.mutations, st.curr_items);
+    ck_assert_uint_eq(st.tombstones, 0);
+    ck_assert_uint_eq(st.evicted_records, 0);
     store_destroy(s);
 }
 END_TEST
 
-START_TEST(test_eviction_same_tombstone)
+typedef struct idvec {
+    riblt_id *v;
+    size_t n, cap;
+} idvec;
+
+static void idvec_add(void *arg, const riblt_id *id)
+{
+    idvec *iv = arg;
+    if (iv->n == iv->cap) {
+        iv->cap = iv->cap ? iv->cap * 2 : 64;
+        iv->v = realloc(iv->v, iv->cap * sizeof(*iv->v));
+        ck_assert_ptr_nonnull(iv->v);
+    }
+    iv->v[iv->n++] = *id;
+}
+
+/* Gives `to` every mutation `from` holds that `to` lacks, as a round's
+ * fetch would (ids, then store_fetch_mutation, then store_apply). */
+static size_t give_missing(store *from, store *to)
+{
+    idvec iv = {NULL, 0, 0};
+    size_t moved = 0;
+
+    store_journal_ids(from, idvec_add, &iv);
+    for (size_t i = 0; i < iv.n; i++) {
+        store_mutation m;
+        store_item *hold;
+        if (store_has(to, &iv.v[i]) ||
+            !store_fetch_mutation(from, &iv.v[i], &m, &hold))
+            continue;
+        int r = store_apply(to, &m);
+        ck_assert(r == STORE_OK || r == STORE_STALE);
+        moved++;
+        store_item_release(hold);
+    }
+    free(iv.v);
+    return moved;
+}
+
+/* Both directions, as rounds would, until neither side lacks anything. */
+static void reconcile(store *a, store *b)
+{
+    for (int i = 0; i < 4; i++)
+        if (give_missing(a, b) + give_missing(b, a) == 0)
+            break;
+}
+
+/*
+ * Eviction is local: a small node evicts, a big one that saw the same
+ * writes keeps them all, their sets stay equal, and nothing evicted comes
+ * back or beats a newer write or a delete.
+ */
+START_TEST(test_eviction_local)
 {
     fake_clock c = {T0};
-    size_t one = item_bytes("a", 2000);
-    store *a = mk(&c, 1, one * 2 + one / 2), *b = mk(&c, 2, one * 2 + one / 2);
-    char v[2001];
+    size_t one = item_bytes("k:000", 1000);
+    store *a = mk_rec(&c, 1, one * 10 + 128 * 36, 128 * 36);
+    store *b = mk_rec(&c, 2, 0, 128 * 36);
+    char key[16], v[1001];
     recorder rec;
 
-    memset(v, 'v', 2000);
-    v[2000] = 0;
+    memset(v, 'v', 1000);
+    v[1000] = 0;
     recorder_init(&rec);
     store_set_listener(a, record, &rec);
-    ck_assert_int_eq(set(a, "a", v), STORE_STORED);
-    ck_assert_int_eq(set(a, "b", v), STORE_STORED);
-    ck_assert_int_eq(set(a, "c", v), STORE_STORED);
-    ck_assert_uint_eq(rec.n, 3);
-    for (size_t i = 0; i < 3; i++) {
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof(key), "k:%03d", i);
+        ck_assert_int_eq(set(a, key, v), STORE_STORED);
+    }
+    /* b receives every write, as push gives it. */
+    ck_assert_uint_eq(rec.n, 100);
+    for (size_t i = 0; i < rec.n; i++) {
         store_mutation m;
         store_item_mutation(rec.items[i], &m);
         ck_assert_int_eq(store_apply(b, &m), STORE_OK);
     }
-    /* Both evicted a's mutation and wrote the same tombstone. */
-    ck_assert_uint_eq(stats(a).evictions, 1);
-    ck_assert_uint_eq(stats(b).evictions, 1);
+    store_stats sa = stats(a), sb = stats(b);
+    ck_assert_uint_ge(sa.evictions, 90);
+    ck_assert_uint_eq(sa.evicted_records, sa.evictions);
+    ck_assert_uint_eq(sa.curr_items + sa.evicted_records, 100);
+    ck_assert_uint_eq(sa.mutations, 100);
+    ck_assert_uint_eq(sb.curr_items, 100);
+    ck_assert_uint_eq(sb.evictions, 0);
+    /* Equal sets: nothing for a round to move either way. */
     same_sketch(a, b);
-    idlist la = {.n = 0}, lb = {.n = 0};
-    ck_assert_uint_eq(store_journal_ids(a, collect, &la), 3);
-    ck_assert_uint_eq(store_journal_ids(b, collect, &lb), 3);
+    ck_assert_uint_eq(give_missing(b, a), 0);
+    /* A replayed write of an evicted value does not come back. */
+    size_t back = 0;
+    for (size_t i = 0; i < rec.n; i++) {
+        store_mutation m;
+        store_item_mutation(rec.items[i], &m);
+        int r = store_apply(a, &m);
+        ck_assert_int_eq(r, STORE_STALE);
+        back++;
+    }
+    ck_assert_uint_eq(back, 100);
+    ck_assert_uint_eq(stats(a).curr_items, sa.curr_items);
+    /* A newer write and a delete on b win over a's records. */
+    int ev = -1;
+    for (int i = 0; i < 100 && ev < 0; i++) {
+        snprintf(key, sizeof(key), "k:%03d", i);
+        store_item *it = store_get(a, key, 5);
+        if (it == NULL)
+            ev = i;
+        store_item_release(it);
+    }
+    ck_assert_int_ge(ev, 0);
+    snprintf(key, sizeof(key), "k:%03d", ev);
+    ck_assert_int_eq(set(b, key, "newer"), STORE_STORED);
+    ck_assert_uint_eq(give_missing(b, a), 1);
+    expect(a, key, "newer");
+    char key2[16];
+    int ev2 = -1;
+    for (int i = ev + 1; i < 100 && ev2 < 0; i++) {
+        snprintf(key2, sizeof(key2), "k:%03d", i);
+        store_item *it = store_get(a, key2, 5);
+        if (it == NULL)
+            ev2 = i;
+        store_item_release(it);
+    }
+    ck_assert_int_ge(ev2, 0);
+    ck_assert_int_eq(store_delete(b, key2, 5, 0), STORE_DELETED);
+    ck_assert_uint_eq(give_missing(b, a), 1);
+    expect(a, key2, NULL);
+    expect(b, key2, NULL);
+    same_sketch(a, b);
+    ck_assert_uint_eq(stats(a).tombstones, 1);
+    /* A node that lacks a mutation altogether gets the record, not the
+     * value: the sets agree, and it holds no value a takes for evicted. */
+    store *e = mk_rec(&c, 3, 0, 4096 * 36);
+    ck_assert_uint_eq(give_missing(a, e), stats(a).mutations);
+    same_sketch(a, e);
+    ck_assert_uint_eq(stats(e).curr_items, stats(a).curr_items);
+    ck_assert_uint_eq(stats(e).evicted_records, stats(a).evicted_records);
+    /* A store without a record table refuses keyless records. */
+    idvec iv = {NULL, 0, 0};
+    store_journal_ids(a, idvec_add, &iv);
+    store *lone = mk(&c, 4, 0);
+    size_t refused = 0;
+    for (size_t i = 0; i < iv.n; i++) {
+        store_mutation m;
+        store_item *hold;
+        ck_assert(store_fetch_mutation(a, &iv.v[i], &m, &hold));
+        if (m.kind == STORE_KIND_EVICTED) {
+            ck_assert_int_eq(m.nkey, 0);
+            ck_assert_int_eq(store_apply(lone, &m), STORE_ERR_INVAL);
+            refused++;
+        }
+        store_item_release(hold);
+    }
+    ck_assert_uint_gt(refused, 0);
+    free(iv.v);
+    store_destroy(lone);
+    store_destroy(e);
     recorder_free(&rec);
     store_destroy(a);
     store_destroy(b);
@@ -1564,9 +1709,135 @@ START_TEST(test_eviction_same_tombstone)
 END_TEST
 
 /*
- * Sustained writes under a small limit: eviction tombstones are evicted in
- * turn, so the cache keeps holding values and accepting writes.
+ * Two nodes of different sizes evict different values under the same
+ * writes and keep equal sets; each holds what its memory allows.
  */
+START_TEST(test_eviction_mixed_sizes)
+{
+    fake_clock c = {T0};
+    size_t one = item_bytes("k:0000", 500);
+    size_t rb = 512 * 36;
+    store *a = mk_rec(&c, 1, one * 20 + rb, rb),
+          *b = mk_rec(&c, 2, one * 80 + rb, rb);
+    char key[16], v[501];
+    recorder rec;
+
+    memset(v, 'v', 500);
+    v[500] = 0;
+    recorder_init(&rec);
+    store_set_listener(a, record, &rec);
+    for (int i = 0; i < 400; i++) {
+        snprintf(key, sizeof(key), "k:%04d", i);
+        ck_assert_int_eq(set(a, key, v), STORE_STORED);
+        store_mutation m;
+        store_item_mutation(rec.items[rec.n - 1], &m);
+        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+        store_item_release(rec.items[--rec.n]);
+        if (i % 50 == 0)
+            advance(&c, 1);
+    }
+    same_sketch(a, b);
+    store_stats sa = stats(a), sb = stats(b);
+    /* Each holds what a lone store of its size holds under the same
+     * writes (the record table comes on top of these limits here). */
+    size_t lone[2], lim[2] = {one * 20, one * 80};
+    for (int k = 0; k < 2; k++) {
+        store *l = mk(&c, 9, lim[k]);
+        for (int i = 0; i < 400; i++) {
+            snprintf(key, sizeof(key), "k:%04d", i);
+            ck_assert_int_eq(set(l, key, v), STORE_STORED);
+        }
+        lone[k] = stats(l).curr_items;
+        store_destroy(l);
+    }
+    ck_assert_uint_ge(sa.curr_items + 1, lone[0]);
+    ck_assert_uint_le(sa.curr_items, lone[0]);
+    ck_assert_uint_ge(sb.curr_items + 1, lone[1]);
+    ck_assert_uint_le(sb.curr_items, lone[1]);
+    ck_assert_uint_eq(sa.mutations, 400);
+    ck_assert_uint_eq(sb.mutations, 400);
+    ck_assert_uint_eq(give_missing(a, b) + give_missing(b, a), 0);
+    recorder_free(&rec);
+    store_destroy(a);
+    store_destroy(b);
+}
+END_TEST
+
+/*
+ * A full record table turns its oldest records into drops, which reach
+ * peers like any mutation: a peer holding the value lets it go, sets agree,
+ * and drops leave every set after 60 s.
+ */
+START_TEST(test_eviction_record_overflow)
+{
+    fake_clock c = {T0};
+    size_t one = item_bytes("k:000", 1000);
+    /* 40 entries: 38 for records, 2 for drops to start with (they grow). */
+    store *a = mk_rec(&c, 1, one * 6 + 40 * 36, 40 * 36);
+    store *b = mk_rec(&c, 2, 0, 4096 * 36);
+    char key[16], v[1001];
+    recorder rec;
+
+    memset(v, 'v', 1000);
+    v[1000] = 0;
+    recorder_init(&rec);
+    store_set_listener(a, record, &rec);
+    for (int i = 0; i < 80; i++) {
+        snprintf(key, sizeof(key), "k:%03d", i);
+        ck_assert_int_eq(set(a, key, v), STORE_STORED);
+    }
+    for (size_t i = 0; i < rec.n; i++) {
+        store_mutation m;
+        store_item_mutation(rec.items[i], &m);
+        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    }
+    store_stats sa = stats(a);
+    ck_assert_uint_eq(sa.evict_records, 38);
+    ck_assert_uint_gt(sa.drops_written, 20);
+    ck_assert_uint_eq(sa.evicted_records, 38);
+    /* No drop went early: the drops' table grew. */
+    ck_assert_uint_eq(sa.drops, sa.drops_written);
+    /* Every drop went to the listener too (push), keyless. */
+    size_t pushed = 0;
+    for (size_t i = 0; i < rec.n; i++) {
+        if (store_item_kind(rec.items[i]) != STORE_KIND_DROP)
+            continue;
+        store_mutation m;
+        store_item_mutation(rec.items[i], &m);
+        ck_assert_uint_eq(m.nkey, 0);
+        ck_assert(store_has(a, &m.id));
+        pushed++;
+    }
+    ck_assert_uint_eq(pushed, sa.drops_written);
+    ck_assert_uint_eq(sa.mutations,
+                      sa.curr_items + sa.evicted_records + sa.drops);
+    /* What a dropped lacks: b's values the drops beat. */
+    reconcile(a, b);
+    same_sketch(a, b);
+    store_stats sb = stats(b);
+    ck_assert_uint_eq(sb.drops, sa.drops);
+    ck_assert_uint_eq(sb.curr_items + sb.evicted_records + sb.drops, 80);
+    ck_assert_uint_eq(sb.curr_items, 80 - sb.drops);
+    /* An old write of a dropped value does not come back. */
+    for (size_t i = 0; i < rec.n; i++) {
+        store_mutation m;
+        store_item_mutation(rec.items[i], &m);
+        int r = store_apply(b, &m);
+        ck_assert_int_eq(r, STORE_STALE);
+    }
+    /* Drops leave after 60 s, on both, and the sets still agree. */
+    advance(&c, 61);
+    store_sweep(a, SIZE_MAX);
+    store_sweep(b, SIZE_MAX);
+    ck_assert_uint_eq(stats(a).drops, 0);
+    ck_assert_uint_eq(stats(b).drops, 0);
+    same_sketch(a, b);
+    recorder_free(&rec);
+    store_destroy(a);
+    store_destroy(b);
+}
+END_TEST
+
 START_TEST(test_eviction_churn)
 {
     fake_clock c = {T0};
@@ -1595,7 +1866,7 @@ START_TEST(test_eviction_churn)
         ck_assert_int_eq(set(s, key, v), STORE_STORED);
     }
     store_mutation m = mut(42, T0, 2, STORE_KIND_VALUE, "key:1999", "old");
-    ck_assert_int_eq(store_apply(s, &m), STORE_STALE);
+    ck_assert_int_eq(apply(s, &m), STORE_STALE);
     store_destroy(s);
 }
 END_TEST
@@ -1669,7 +1940,7 @@ START_TEST(test_too_large)
     store_mutation m = mut(3, T0 + 1, 2, STORE_KIND_VALUE, "p", NULL);
     m.value = v;
     m.nvalue = 2000;
-    ck_assert_int_eq(store_apply(s, &m), STORE_ERR_TOO_LARGE);
+    ck_assert_int_eq(apply(s, &m), STORE_ERR_TOO_LARGE);
     ck_assert_uint_eq(stats(s).mutations, 1);
     store_destroy(s);
 }
@@ -1788,7 +2059,7 @@ static void *smoke(void *arg)
             m.nkey = strlen(key);
             m.value = val;
             m.nvalue = nv;
-            store_apply(w->s, &m);
+            apply(w->s, &m);
             break;
         }
         case 4:
@@ -1813,7 +2084,13 @@ static void count_id(void *arg, const riblt_id *id)
     (*(size_t *)arg)++;
 }
 
-START_TEST(test_threads)
+/*
+ * Four threads of mixed writes on a store small enough to evict: the set
+ * (journal walk, sketch count, counters) stays one set. With rec_bytes,
+ * evictions leave records and the small record table overflows into drops
+ * while the threads run.
+ */
+static void threads_run(size_t rec_bytes)
 {
     store_options o;
     int err;
@@ -1823,7 +2100,8 @@ START_TEST(test_threads)
     store_options_default(&o);
     o.hash_power = 4;
     o.sketch_symbols = 512;
-    o.memory_limit = 64 * 1024; /* small: evictions happen */
+    o.memory_limit = 12 * 1024 + rec_bytes; /* small: evictions happen */
+    o.evict_record_bytes = rec_bytes;
     store *s = store_create(&o, &err);
     ck_assert_ptr_nonnull(s);
     for (int i = 0; i < 4; i++) {
@@ -1839,9 +2117,14 @@ START_TEST(test_threads)
     ck_assert_uint_eq(store_journal_ids(s, count_id, &n), st.mutations);
     ck_assert_uint_eq(n, st.mutations);
     ck_assert_int_eq(set_size(s), (int64_t)st.mutations);
-    ck_assert_uint_eq(st.curr_items + st.tombstones, st.mutations);
-    ck_assert_uint_le(st.mutations, 200);
-    /* Every key's current mutation is in the journal. */
+    ck_assert_uint_eq(st.curr_items + st.tombstones + st.evicted_records +
+                          st.drops,
+                      st.mutations);
+    /* Evictions happened: with rec_bytes, each one left a record (most
+     * superseded since by the next write of their key). */
+    ck_assert_uint_gt(st.evictions, 0);
+    ck_assert_uint_le(st.mutations, 200 + st.drops);
+    /* Every key's current mutation is in the set. */
     for (int i = 0; i < 200; i++) {
         char key[16];
         snprintf(key, sizeof(key), "k%d", i);
@@ -1856,6 +2139,17 @@ START_TEST(test_threads)
         }
     }
     store_destroy(s);
+}
+
+START_TEST(test_threads)
+{
+    threads_run(0);
+}
+END_TEST
+
+START_TEST(test_threads_records)
+{
+    threads_run(32 * 36);
 }
 END_TEST
 
@@ -1892,14 +2186,17 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_overwrite_sketch);
     tcase_add_test(tc, test_set_invariant);
     tcase_add_test(tc, test_listener);
-    tcase_add_test(tc, test_eviction_lru);
-    tcase_add_test(tc, test_eviction_same_tombstone);
+    tcase_add_test(tc, test_eviction_clock);
+    tcase_add_test(tc, test_eviction_local);
+    tcase_add_test(tc, test_eviction_mixed_sizes);
+    tcase_add_test(tc, test_eviction_record_overflow);
     tcase_add_test(tc, test_eviction_churn);
     tcase_add_test(tc, test_nomem);
     tcase_add_test(tc, test_too_large);
     tcase_add_test(tc, test_sweep_budget);
     tcase_add_test(tc, test_table_growth);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_threads_records);
     tcase_add_test(tc, test_far_expiry_not_swept);
     tcase_add_test(tc, test_stale_marks);
     suite_add_tcase(s, tc);
