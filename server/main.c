@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -60,6 +61,7 @@ typedef struct daemon_state {
     size_t nlisteners;
     struct event *ev_term;
     struct event *ev_int;
+    struct event *ev_hup;
     struct event *ev_tick;
     struct event *ev_shutdown;
     struct event *ev_relisten;
@@ -504,6 +506,70 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     store_sweep(d.store, (size_t)d.opts.sweep_budget);
 }
 
+/*
+ * SIGHUP: what logrotate and `systemctl reload` send. The daemon keeps
+ * serving; there is no log file to reopen (logging goes to stderr), so it
+ * only says it was asked.
+ */
+static void hup_cb(evutil_socket_t sig, short what, void *arg)
+{
+    (void)sig;
+    (void)what;
+    (void)arg;
+    if (d.opts.verbosity > 0) {
+        fprintf(stderr, "%s: SIGHUP: nothing to reopen, still serving\n",
+                prog);
+    }
+}
+
+/*
+ * Descriptors beyond the client limit: listeners, peer and registry
+ * links, pipes and event descriptors of the threads.
+ */
+#define NOFILE_RESERVE 256
+
+/* Sets RLIMIT_NOFILE's soft limit (and the hard one, if below) to n. */
+static int nofile_set(struct rlimit rl, rlim_t n)
+{
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < n) {
+        rl.rlim_max = n;
+    }
+    rl.rlim_cur = n;
+    return setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+/*
+ * Makes RLIMIT_NOFILE hold -c clients and the daemon's own descriptors,
+ * raising the soft limit, and the hard one when allowed, as memcached
+ * does. When -c plus the reserve cannot be had, -c alone will do (what
+ * memcached asks for); when not even that, the daemon refuses to start
+ * rather than leave clients beyond the limit hanging.
+ */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)d.opts.maxconns + NOFILE_RESERVE;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        die(EXIT_STARTUP, "getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want) {
+        return;
+    }
+    if (nofile_set(rl, want) == 0) {
+        return;
+    }
+    if (rl.rlim_cur >= (rlim_t)d.opts.maxconns ||
+        nofile_set(rl, (rlim_t)d.opts.maxconns) == 0) {
+        return;
+    }
+    die(EXIT_STARTUP,
+        "cannot raise the open files limit (%llu) to -c %llu: %s (start as "
+        "root, raise the limit, or ask for a smaller -c)",
+        (unsigned long long)rl.rlim_cur, (unsigned long long)d.opts.maxconns,
+        strerror(errno));
+}
+
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
@@ -695,14 +761,15 @@ static void start(void)
     struct timeval one = {1, 0};
     d.ev_term = evsignal_new(d.base, SIGTERM, signal_cb, NULL);
     d.ev_int = evsignal_new(d.base, SIGINT, signal_cb, NULL);
+    d.ev_hup = evsignal_new(d.base, SIGHUP, hup_cb, NULL);
     d.ev_tick = event_new(d.base, -1, EV_PERSIST, tick_cb, NULL);
     d.ev_shutdown = event_new(d.base, d.shutdown_pipe[0], EV_READ | EV_PERSIST,
                               shutdown_cb, NULL);
     d.ev_relisten = evtimer_new(d.base, relisten_cb, NULL);
-    if (d.ev_term == NULL || d.ev_int == NULL || d.ev_tick == NULL ||
-        d.ev_shutdown == NULL || d.ev_relisten == NULL ||
+    if (d.ev_term == NULL || d.ev_int == NULL || d.ev_hup == NULL ||
+        d.ev_tick == NULL || d.ev_shutdown == NULL || d.ev_relisten == NULL ||
         event_add(d.ev_term, NULL) != 0 || event_add(d.ev_int, NULL) != 0 ||
-        event_add(d.ev_tick, &one) != 0 ||
+        event_add(d.ev_hup, NULL) != 0 || event_add(d.ev_tick, &one) != 0 ||
         event_add(d.ev_shutdown, NULL) != 0) {
         die(EXIT_STARTUP, "cannot set up the main event loop");
     }
@@ -739,6 +806,7 @@ static void stop(void)
     stats_registry_teardown();
     event_free(d.ev_term);
     event_free(d.ev_int);
+    event_free(d.ev_hup);
     event_free(d.ev_tick);
     event_free(d.ev_shutdown);
     event_free(d.ev_relisten);
@@ -783,6 +851,9 @@ int main(int argc, char **argv)
     }
 
     signal(SIGPIPE, SIG_IGN);
+    /* Until the event loop takes SIGHUP over, it must not kill us. */
+    signal(SIGHUP, SIG_IGN);
+    raise_nofile();
     if (d.opts.daemonize) {
         daemonize();
     }

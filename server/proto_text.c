@@ -1223,7 +1223,7 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
         case 'f':
         case 'h':
         case 'l':
-        case 'u': /* no LRU bump: the store has no bump to skip */
+        case 'u': /* no access recorded: store_peek_ex */
             break;
         case 'v':
             m->v = true;
@@ -1407,6 +1407,8 @@ static int cmd_mg(pt_req *r)
     store_read_info ri;
     if (m.has_T)
         it = store_gat_ex(s, m.key, m.nkey, store_exptime_abs(s, m.T), &ri);
+    else if (meta_has(&m, 'u'))
+        it = store_peek_ex(s, m.key, m.nkey, &ri); /* no access recorded */
     else
         it = store_get_ex(s, m.key, m.nkey, &ri);
     count_stale_miss(r, ri.why);

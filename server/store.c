@@ -1935,8 +1935,9 @@ static inline void read_info_clear(store_read_info *ri)
         memset(ri, 0, sizeof(*ri));
 }
 
-store_item *store_get_ex(store *s, const char *key, size_t nkey,
-                         store_read_info *ri)
+/* store_get_ex and store_peek_ex: a read that records an access or not. */
+static store_item *do_get(store *s, const char *key, size_t nkey,
+                          store_read_info *ri, bool access)
 {
     store_item *it;
     struct stripe *sp;
@@ -1953,7 +1954,15 @@ store_item *store_get_ex(store *s, const char *key, size_t nkey,
     it = *stripe_slot(sp, k.h, key, nkey);
     if (it != NULL && item_live(s, it, &t)) {
         store_item_ref(it);
-        item_access(it, &t, ri);
+        if (access) {
+            item_access(it, &t, ri);
+        } else if (ri != NULL) {
+            int64_t d =
+                t.s - (int64_t)atomic_load_explicit(&it->atime, RELAXED);
+            ri->last_access = d > 0 ? d : 0;
+            ri->fetched =
+                (atomic_load_explicit(&it->abits, RELAXED) & FETCHED) != 0;
+        }
     } else {
         if (ri != NULL)
             ri->why = miss_reason(s, it, &t);
@@ -1961,6 +1970,18 @@ store_item *store_get_ex(store *s, const char *key, size_t nkey,
     }
     pthread_mutex_unlock(&sp->lock);
     return it;
+}
+
+store_item *store_get_ex(store *s, const char *key, size_t nkey,
+                         store_read_info *ri)
+{
+    return do_get(s, key, nkey, ri, true);
+}
+
+store_item *store_peek_ex(store *s, const char *key, size_t nkey,
+                          store_read_info *ri)
+{
+    return do_get(s, key, nkey, ri, false);
 }
 
 store_item *store_get(store *s, const char *key, size_t nkey)

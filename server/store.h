@@ -290,6 +290,14 @@ store_item *store_get_ex(store *s, const char *key, size_t nkey,
                          store_read_info *ri);
 
 /*
+ * store_get_ex that records no access (meta 'u'): the item's access time,
+ * fetched state and eviction clock bit stay as they were, so *ri tells the
+ * same before and after.
+ */
+store_item *store_peek_ex(store *s, const char *key, size_t nkey,
+                          store_read_info *ri);
+
+/*
  * get-and-touch: like store_get, and when the key is live, replaces it by a
  * new mutation carrying exptime (absolute) and the same value, flags and
  * cas. Returns the new item.

@@ -90,7 +90,7 @@ class Server:
     def __init__(self, args=(), unix=False, ready="version",
                  listen="127.0.0.1", nofile=None):
         self.args = list(args)
-        self.nofile = nofile  # RLIMIT_NOFILE for the server, if given
+        self.nofile = nofile  # RLIMIT_NOFILE (n or (soft, hard)), if given
         self.listen = listen
         self.unix = unix
         self.ready = ready
@@ -115,10 +115,12 @@ class Server:
                 argv += ["-l", self.listen, "-p", str(self.port)]
             limit = None
             if self.nofile is not None:
-                n = self.nofile
+                # n, or (soft, hard)
+                n = self.nofile if isinstance(self.nofile, tuple) else \
+                    (self.nofile, self.nofile)
 
                 def limit():
-                    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+                    resource.setrlimit(resource.RLIMIT_NOFILE, n)
             with open(self.stderr_path, "wb") as err:
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL,

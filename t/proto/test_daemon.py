@@ -2,6 +2,7 @@
 pidfile, unix socket, shutdown command, stats listings."""
 
 import os
+import resource
 import select
 import signal
 import socket
@@ -94,7 +95,11 @@ class ConnectionLimit(unittest.TestCase):
 class OutOfDescriptors(unittest.TestCase):
     def test_accept_pauses_and_recovers(self):
         total = 100
-        with Server(["-t", "1"], nofile=48) as srv:
+        with Server(["-t", "1"]) as srv:
+            # The daemon raised its limit for -c at start; lower it under
+            # it so that descriptors run out (another process's doing, or
+            # peers', as far as it can tell).
+            resource.prlimit(srv.pid, resource.RLIMIT_NOFILE, (48, 48))
             socks = [srv.connect() for _ in range(total)]
             for s in socks:
                 s.sendall(b"version\r\n")
@@ -136,6 +141,44 @@ class OutOfDescriptors(unittest.TestCase):
             self.assertEqual(srv.stats()["accepting_conns"], "1")
 
 
+class OpenFilesLimit(unittest.TestCase):
+    def limit_of(self, pid):
+        with open("/proc/%d/limits" % pid) as f:
+            line = [ln for ln in f if ln.startswith("Max open files")][0]
+        return int(line.split()[3])
+
+    def test_soft_limit_raised_for_conn_limit(self):
+        # Soft limit 1024, hard 10000, -c 5000: the daemon raises its soft
+        # limit to hold 5000 clients and its own descriptors.
+        with Server(["-c", "5000"], nofile=(1024, 10000)) as srv:
+            self.assertGreaterEqual(self.limit_of(srv.pid), 5000 + 256)
+            self.assertTrue(srv.request(b"version\r\n").startswith(
+                b"VERSION "))
+
+    def test_refuses_when_limit_cannot_be_raised(self):
+        # Hard limit 1024 and -c 5000: raised when the process may (root
+        # with CAP_SYS_RESOURCE), else a refusal that says why -- never a
+        # daemon that starts and cannot accept its clients.
+        srv = Server(["-c", "5000"], nofile=1024)
+        try:
+            srv.start()
+        except RuntimeError as e:
+            self.assertIn("cannot raise the open files limit", str(e))
+            self.assertIn("-c", str(e))
+            return
+        try:
+            self.assertGreaterEqual(self.limit_of(srv.pid), 5000)
+        finally:
+            srv.close()
+
+    def test_conn_limit_at_the_hard_limit_starts(self):
+        # -c equal to an unraisable hard limit: memcached starts there, and
+        # so does this daemon (its own descriptors then share the limit).
+        with Server(["-c", "1024"], nofile=1024) as srv:
+            self.assertTrue(srv.request(b"version\r\n").startswith(
+                b"VERSION "))
+
+
 class IdleTimeout(unittest.TestCase):
     def test_idle_connection_closed_active_kept(self):
         with Server(["--idle-timeout", "1"]) as srv:
@@ -174,6 +217,23 @@ class Signals(unittest.TestCase):
             self.assertEqual(srv.stop(signal.SIGTERM), 0, srv.stderr())
             self.assertTrue(is_closed(s, 10))
             s.close()
+        finally:
+            srv.close()
+
+    def test_sighup_keeps_serving(self):
+        # logrotate and `systemctl reload` send SIGHUP: the cache stays up.
+        srv = Server(["-v"]).start()
+        try:
+            self.assertEqual(srv.request(b"set k 0 0 1\r\nv\r\n"),
+                             b"STORED\r\n")
+            for _ in range(3):
+                srv.proc.send_signal(signal.SIGHUP)
+                time.sleep(0.1)
+            self.assertTrue(srv.alive())
+            self.assertEqual(srv.request(b"get k\r\n", b"END\r\n"),
+                             b"VALUE k 0 1\r\nv\r\nEND\r\n")
+            self.assertIn("SIGHUP", srv.stderr())
+            self.assertEqual(srv.stop(signal.SIGTERM), 0, srv.stderr())
         finally:
             srv.close()
 

@@ -55,8 +55,8 @@ START_TEST(test_mg_flags_in_order)
     EXPECT("ms b 1\r\nx\r\nmg b t\r\n", "HD\r\nHD t-1\r\n");
     /* miss: only O and k come back */
     EXPECT("mg zz k O123 v s\r\n", "EN kzz O123\r\n");
-    /* P and L (proxy hints) and u are accepted and ignored */
-    EXPECT("mg a u P L s\r\n", "HD s2\r\n");
+    /* P and L (proxy hints) are accepted and ignored */
+    EXPECT("mg a P L s\r\n", "HD s2\r\n");
 }
 END_TEST
 
@@ -67,6 +67,20 @@ START_TEST(test_mg_hit_and_access)
     EXPECT("mg a h l\r\n", "HD h0 l0\r\n");
     clock_ns += 7ULL * 1000000000ULL;
     EXPECT("mg a h l\r\n", "HD h1 l7\r\n");
+}
+END_TEST
+
+/* u reads without recording an access: not marked fetched, time kept. */
+START_TEST(test_mg_no_update)
+{
+    EXPECT("ms a 2\r\nhi\r\n", "HD\r\n");
+    clock_ns += 3ULL * 1000000000ULL;
+    EXPECT("mg a u h l v\r\n", "VA 2 h0 l3\r\nhi\r\n");
+    clock_ns += 2ULL * 1000000000ULL;
+    EXPECT("mg a u h l\r\n", "HD h0 l5\r\n");
+    /* A read without u records it; the next one sees it. */
+    EXPECT("mg a h l\r\n", "HD h0 l5\r\n");
+    EXPECT("mg a u h l\r\n", "HD h1 l0\r\n");
 }
 END_TEST
 
@@ -427,6 +441,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_stale_while_revalidate);
     tcase_add_test(tc, test_mg_flags_in_order);
     tcase_add_test(tc, test_mg_hit_and_access);
+    tcase_add_test(tc, test_mg_no_update);
     tcase_add_test(tc, test_mg_quiet);
     tcase_add_test(tc, test_mg_touch_and_vivify);
     tcase_add_test(tc, test_mg_errors);

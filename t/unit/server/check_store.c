@@ -1263,6 +1263,29 @@ static size_t item_bytes(const char *key, size_t nvalue)
 }
 
 /* gets, touch, cas: the touch keeps the cas, so the cas still matches. */
+/* Fresh cas uniques fit clients' 20-byte buffers: below 10^19, never 0. */
+START_TEST(test_cas_below_1e19)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    char key[16];
+    uint64_t top = 0;
+
+    for (int i = 0; i < 5000; i++) {
+        uint64_t cas = 0;
+        snprintf(key, sizeof(key), "c%d", i);
+        ck_assert_int_eq(wr(s, STORE_SET, key, "v", 0, 0, 0, &cas),
+                         STORE_STORED);
+        ck_assert_uint_ne(cas, 0);
+        ck_assert_uint_lt(cas, 10000000000000000000ULL);
+        top = cas > top ? cas : top;
+    }
+    /* Not squeezed into a small range either (drawn from 63 bits). */
+    ck_assert_uint_gt(top, 1ULL << 60);
+    store_destroy(s);
+}
+END_TEST
+
 START_TEST(test_touch_keeps_cas)
 {
     fake_clock c = {T0};
@@ -2179,6 +2202,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_flush_delayed);
     tcase_add_test(tc, test_flush_from_peer);
     tcase_add_test(tc, test_cas_same_on_peers);
+    tcase_add_test(tc, test_cas_below_1e19);
     tcase_add_test(tc, test_touch_keeps_cas);
     tcase_add_test(tc, test_apply_keeps_cas);
     tcase_add_test(tc, test_arith_touch);
