@@ -123,7 +123,7 @@ enum options_proto {
       "file whose first non-comment line is user:password for SASL")          \
     X(reqs_per_event, 'R', "max-reqs-per-event", OPTIONS_UINT, "20", 1,       \
       1000000, "socket reads served per connection before yielding")          \
-    X(idle_poll_us, 0, "idle-poll-us", OPTIONS_UINT, "20", 0, 1000000,        \
+    X(idle_poll_us, 0, "idle-poll-us", OPTIONS_UINT, "5", 0, 1000000,         \
       "microseconds a worker keeps polling after input before it sleeps"      \
       " (0 = sleep at once)")                                                 \
     X(binding_protocol, 'B', "protocol", OPTIONS_PROTO, "auto-negotiate", 0,  \

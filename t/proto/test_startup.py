@@ -146,7 +146,7 @@ class Settings(unittest.TestCase):
     def test_idle_poll(self):
         # Polling before sleeping is on by default; 0 turns it off; both
         # serve requests, and an out-of-range value stops the start-up.
-        for args, want in (([], "20"), (["-o", "idle_poll_us=0"], "0"),
+        for args, want in (([], "5"), (["-o", "idle_poll_us=0"], "0"),
                            (["--idle-poll-us", "500"], "500")):
             with Server(args) as srv:
                 self.assertEqual(srv.stats("settings")["idle_poll_us"], want)
