@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -528,6 +530,71 @@ static void hup_cb(evutil_socket_t sig, short what, void *arg)
  */
 #define NOFILE_RESERVE 256
 
+/*
+ * One line naming the memcached options given that have no effect here
+ * (accepted so that an existing command line or unit file starts).
+ */
+static void warn_ignored(void)
+{
+    char line[1024];
+    size_t n = 0;
+    const options *o = &d.opts;
+#define IGN_STR(field, flag)                                                  \
+    if (o->field != NULL && n < sizeof(line))                                 \
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %s %s", flag,     \
+                              o->field);
+#define IGN_BOOL(field, flag)                                                 \
+    if (o->field && n < sizeof(line))                                         \
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %s", flag);
+    IGN_STR(slab_growth_factor, "-f")
+    IGN_STR(slab_min_size, "-n")
+    IGN_STR(prefix_delimiter, "-D")
+    IGN_STR(memory_file, "-e")
+    IGN_STR(napi_ids, "-N")
+    IGN_BOOL(enable_coredumps, "-r")
+    IGN_BOOL(lock_memory, "-k")
+    IGN_BOOL(large_memory_pages, "-L")
+    IGN_BOOL(dump_disabled, "-X")
+    IGN_BOOL(watch_disabled, "-W")
+    IGN_STR(extended_ignored, "-o")
+#undef IGN_STR
+#undef IGN_BOOL
+    if (o->udpport != 0 && n < sizeof(line)) {
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " -U %llu (no UDP)",
+                              (unsigned long long)o->udpport);
+    }
+    if (n > 0) {
+        fprintf(stderr,
+                "%s: memcached options accepted with no effect here:%s\n",
+                prog, line);
+    }
+}
+
+/*
+ * -u: once every port is bound and the pidfile written, a daemon started
+ * as root continues as this user (its groups too), as memcached does. Not
+ * root: nothing to drop, -u is ignored.
+ */
+static void drop_privileges(void)
+{
+    if (d.opts.user == NULL || geteuid() != 0) {
+        return;
+    }
+    struct passwd *pw = getpwnam(d.opts.user);
+    if (pw == NULL) {
+        die(EXIT_STARTUP, "-u: no user '%s'", d.opts.user);
+    }
+    if (initgroups(pw->pw_name, pw->pw_gid) != 0 || setgid(pw->pw_gid) != 0 ||
+        setuid(pw->pw_uid) != 0) {
+        die(EXIT_STARTUP, "-u %s: cannot drop privileges: %s", d.opts.user,
+            strerror(errno));
+    }
+    if (d.opts.verbosity > 0) {
+        fprintf(stderr, "%s: running as %s (uid %u)\n", prog, pw->pw_name,
+                (unsigned)pw->pw_uid);
+    }
+}
+
 /* Sets RLIMIT_NOFILE's soft limit (and the hard one, if below) to n. */
 static int nofile_set(struct rlimit rl, rlim_t n)
 {
@@ -694,6 +761,7 @@ static void start(void)
     so.memory_limit = (size_t)d.opts.maxbytes;
     so.item_size_max = (size_t)d.opts.item_size_max;
     so.tombstone_grace = (uint32_t)d.opts.tombstone_grace;
+    so.no_evict = !d.opts.evictions;
     /* Records of evicted values exist for peers to agree with: a node
      * without replication evicts like memcached, leaving nothing. */
     if (d.opts.repl_port != 0)
@@ -774,6 +842,7 @@ static void start(void)
         die(EXIT_STARTUP, "cannot set up the main event loop");
     }
     write_pidfile();
+    drop_privileges();
     if (d.opts.verbosity > 0) {
         fprintf(stderr, "%s %s: %u threads, listening on %s\n", prog,
                 RIBLTCACHE_VERSION, (unsigned)ws.nthreads,
@@ -854,6 +923,7 @@ int main(int argc, char **argv)
     /* Until the event loop takes SIGHUP over, it must not kill us. */
     signal(SIGHUP, SIG_IGN);
     raise_nofile();
+    warn_ignored();
     if (d.opts.daemonize) {
         daemonize();
     }

@@ -424,8 +424,101 @@ int options_parse_config_file(options *o, const char *path, char *err,
     return OPTIONS_OK;
 }
 
+/*
+ * memcached's -o settings that mean nothing here (slab, LRU, crawler,
+ * logging, extstore, TLS, proxy tuning): accepted, collected in
+ * extended_ignored for the start-up warning. Names, or prefixes ending in
+ * '_' that stand for a family.
+ */
+static const char *const memcached_extended[] = {"maxconns_fast",
+                                                 "no_maxconns_fast",
+                                                 "tail_repair_time",
+                                                 "hash_algorithm",
+                                                 "lru_crawler",
+                                                 "no_lru_crawler",
+                                                 "lru_crawler_sleep",
+                                                 "lru_crawler_tocrawl",
+                                                 "lru_maintainer",
+                                                 "no_lru_maintainer",
+                                                 "hot_lru_pct",
+                                                 "warm_lru_pct",
+                                                 "hot_max_factor",
+                                                 "warm_max_factor",
+                                                 "temporary_ttl",
+                                                 "watcher_logbuf_size",
+                                                 "worker_logbuf_size",
+                                                 "read_buf_mem_limit",
+                                                 "resp_obj_mem_limit",
+                                                 "slab_reassign",
+                                                 "no_slab_reassign",
+                                                 "slab_automove",
+                                                 "no_slab_automove",
+                                                 "slab_automove_ratio",
+                                                 "slab_automove_window",
+                                                 "slab_sizes",
+                                                 "slab_chunk_max",
+                                                 "track_sizes",
+                                                 "no_inline_ascii_resp",
+                                                 "inline_ascii_resp",
+                                                 "modern",
+                                                 "no_modern",
+                                                 "no_chunked_items",
+                                                 "expirezero_does_not_evict",
+                                                 "drop_privileges",
+                                                 "no_drop_privileges",
+                                                 "lru_segmented",
+                                                 "no_lru_segmented",
+                                                 "bind_ipv6",
+                                                 "no_hashexpand",
+                                                 "ext_",
+                                                 "ssl_",
+                                                 "proxy_",
+                                                 NULL};
+
+static bool memcached_extended_name(const char *name)
+{
+    for (size_t i = 0; memcached_extended[i] != NULL; i++) {
+        const char *n = memcached_extended[i];
+        size_t len = strlen(n);
+        if (n[len - 1] == '_' ? strncmp(name, n, len) == 0
+                              : strcmp(name, n) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Appends "name[=value]" to extended_ignored (comma separated). */
+static int note_ignored(options *o, const char *name, const char *value,
+                        char *err, size_t errlen)
+{
+    size_t old = o->extended_ignored ? strlen(o->extended_ignored) : 0;
+    size_t add = strlen(name) + (value ? strlen(value) + 1 : 0) + 1;
+    char *s = realloc(o->extended_ignored, old + add + 1);
+
+    if (s == NULL) {
+        return fail(err, errlen, "out of memory");
+    }
+    snprintf(s + old, add + 1, "%s%s%s%s", old ? "," : "", name,
+             value ? "=" : "", value ? value : "");
+    o->extended_ignored = s;
+    return OPTIONS_OK;
+}
+
+/* The index of the setting called name, or OPTIONS_COUNT. */
+static size_t setting_index(const char *name)
+{
+    for (size_t i = 0; i < OPTIONS_COUNT; i++) {
+        if (descs[i].type != OPTIONS_CLI && strcmp(descs[i].name, name) == 0) {
+            return i;
+        }
+    }
+    return OPTIONS_COUNT;
+}
+
 /* Applies one -o argument: name=value pairs separated by commas (a comma
- * not followed by name= belongs to the value, as in -o inter=a,b). */
+ * not followed by name= belongs to the value, as in -o inter=a,b), and
+ * memcached's own -o settings, bare names included (-o no_modern). */
 static int apply_extended(options *o, const char *arg, char *err,
                           size_t errlen)
 {
@@ -437,9 +530,22 @@ static int apply_extended(options *o, const char *arg, char *err,
     char *p = copy;
     while (*p != '\0' && rc == 0) {
         char *eq = strchr(p, '=');
-        if (eq == NULL) {
-            rc = fail(err, errlen, "-o %s: expected name=value", p);
-            break;
+        char *comma = strchr(p, ',');
+        if (eq == NULL || (comma != NULL && comma < eq)) {
+            /* A bare name: one of memcached's flags-like -o settings. */
+            if (comma != NULL) {
+                *comma = '\0';
+            }
+            if (!memcached_extended_name(p)) {
+                rc = fail(err, errlen, "-o %s: expected name=value", p);
+                break;
+            }
+            rc = note_ignored(o, p, NULL, err, errlen);
+            if (comma == NULL) {
+                break;
+            }
+            p = comma + 1;
+            continue;
         }
         *eq = '\0';
         char *v = eq + 1;
@@ -454,11 +560,24 @@ static int apply_extended(options *o, const char *arg, char *err,
                 next = c;
                 break;
             }
+            /* ",no_modern": a bare memcached setting starts there too. */
+            char save = *q;
+            *q = '\0';
+            bool bare = memcached_extended_name(c + 1);
+            *q = save;
+            if (bare) {
+                next = c;
+                break;
+            }
         }
         if (next != NULL) {
             *next = '\0';
         }
-        rc = options_set(o, p, v, err, errlen);
+        if (setting_index(p) == OPTIONS_COUNT && memcached_extended_name(p)) {
+            rc = note_ignored(o, p, v, err, errlen);
+        } else {
+            rc = options_set(o, p, v, err, errlen);
+        }
         if (next == NULL) {
             break;
         }
@@ -484,7 +603,7 @@ static bool takes_argument(const options_desc *d, bool *optional)
         *optional = true;
         return false;
     case OPTIONS_CLI:
-        return d->shortc == 'f' || d->shortc == 'o';
+        return d == &descs[OPTIONS_IDX_config] || d->shortc == 'o';
     default:
         return true;
     }
@@ -626,11 +745,17 @@ out:
 
 int options_validate(const options *o, char *err, size_t errlen)
 {
-    if (o->udpport != 0) {
+    /* Asked-for protection that is not there yet: refuse, never run
+     * without it. */
+    if (o->auth_file != NULL) {
         return fail(err, errlen,
-                    "UDP is not supported: -U/udpport must be 0 (got "
-                    "%" PRIu64 ")",
-                    o->udpport);
+                    "-Y/auth_file (text-protocol authentication) is not "
+                    "supported yet; refusing to start without it");
+    }
+    if (o->enable_ssl) {
+        return fail(err, errlen,
+                    "-Z/enable_ssl (TLS) is not supported yet; refusing to "
+                    "start without it");
     }
     if (o->auth_enabled_sasl && o->sasl_file == NULL) {
         return fail(err, errlen,
@@ -685,6 +810,16 @@ static const char *arg_hint(const options_desc *d)
             d == &descs[OPTIONS_IDX_repl_listen]) {
             return "<addr>";
         }
+        if (d == &descs[OPTIONS_IDX_user]) {
+            return "<user>";
+        }
+        if (d == &descs[OPTIONS_IDX_slab_growth_factor] ||
+            d == &descs[OPTIONS_IDX_slab_min_size] ||
+            d == &descs[OPTIONS_IDX_prefix_delimiter] ||
+            d == &descs[OPTIONS_IDX_napi_ids] ||
+            d == &descs[OPTIONS_IDX_extended_ignored]) {
+            return "<value>";
+        }
         if (d == &descs[OPTIONS_IDX_registry_listen] ||
             d == &descs[OPTIONS_IDX_advertise]) {
             return "<addr>";
@@ -698,7 +833,7 @@ static const char *arg_hint(const options_desc *d)
     case OPTIONS_VERB:
         return "[<level>]";
     case OPTIONS_CLI:
-        if (d->shortc == 'f') {
+        if (d == &descs[OPTIONS_IDX_config]) {
             return "<file>";
         }
         if (d->shortc == 'o') {
@@ -716,7 +851,8 @@ void options_print_help(FILE *f, const char *prog)
             "ribltcached %s, a memcached-compatible replicated cache\n"
             "usage: %s [options]\n\n"
             "Each setting can be given as a flag, as -o name=value, or as a\n"
-            "`name = value` line in the config file (-f); flags override "
+            "`name = value` line in the config file (--config); flags "
+            "override "
             "the\n"
             "file. The [name] is what `stats settings` shows.\n\n",
             RIBLTCACHE_VERSION, prog);

@@ -91,7 +91,7 @@ enum options_proto {
     X(tcpport, 'p', "port", OPTIONS_UINT, "11211", 0, 65535,                  \
       "TCP port to listen on (0 = no TCP)")                                   \
     X(udpport, 'U', "udp-port", OPTIONS_UINT, "0", 0, 65535,                  \
-      "UDP port; UDP is not supported, only 0 (off) is accepted")             \
+      "UDP port; UDP is not supported: accepted, no UDP listener")            \
     X(inter, 'l', "listen", OPTIONS_STR, "127.0.0.1", 0, 0,                   \
       "interfaces to listen on, comma separated (IPv4 or IPv6)")              \
     X(domain_socket, 's', "unix-socket", OPTIONS_STR, NULL, 0, 0,             \
@@ -134,6 +134,38 @@ enum options_proto {
       "run in the background")                                                \
     X(pidfile, 'P', "pidfile", OPTIONS_STR, NULL, 0, 0,                       \
       "write the process id to this file (removed on exit)")                  \
+    X(user, 'u', "user", OPTIONS_STR, NULL, 0, 0,                             \
+      "run as this user once the ports are bound (when started as root)")     \
+    X(evictions, 'M', "disable-evictions", OPTIONS_BOOL_OFF, "yes", 0, 0,     \
+      "evict when memory is full (the flag: refuse writes instead)")          \
+    X(auth_file, 'Y', "auth-file", OPTIONS_STR, NULL, 0, 0,                   \
+      "memcached's text-protocol authentication file: not supported yet, "    \
+      "the daemon refuses to start with it")                                  \
+    X(enable_ssl, 'Z', "enable-ssl", OPTIONS_BOOL_ON, "no", 0, 0,             \
+      "TLS for clients: not supported yet, the daemon refuses to start with " \
+      "it")                                                                   \
+    X(slab_growth_factor, 'f', "slab-growth-factor", OPTIONS_STR, NULL, 0, 0, \
+      "memcached's slab growth factor: accepted, no effect (no slabs)")       \
+    X(slab_min_size, 'n', "slab-min-size", OPTIONS_STR, NULL, 0, 0,           \
+      "memcached's smallest chunk: accepted, no effect (no slabs)")           \
+    X(prefix_delimiter, 'D', "prefix-delimiter", OPTIONS_STR, NULL, 0, 0,     \
+      "memcached's stats prefix delimiter: accepted, no effect")              \
+    X(memory_file, 'e', "memory-file", OPTIONS_STR, NULL, 0, 0,               \
+      "memcached's restartable cache file: accepted, no effect")              \
+    X(napi_ids, 'N', "napi-ids", OPTIONS_STR, NULL, 0, 0,                     \
+      "memcached's NAPI ids: accepted, no effect")                            \
+    X(enable_coredumps, 'r', "enable-coredumps", OPTIONS_BOOL_ON, "no", 0, 0, \
+      "memcached's core file limit: accepted, no effect")                     \
+    X(lock_memory, 'k', "lock-memory", OPTIONS_BOOL_ON, "no", 0, 0,           \
+      "memcached's mlockall: accepted, no effect")                            \
+    X(large_memory_pages, 'L', "enable-largepages", OPTIONS_BOOL_ON, "no", 0, \
+      0, "memcached's large pages: accepted, no effect")                      \
+    X(dump_disabled, 'X', "disable-dumping", OPTIONS_BOOL_ON, "no", 0, 0,     \
+      "memcached's no metadump: accepted, no effect")                         \
+    X(watch_disabled, 'W', "disable-watch", OPTIONS_BOOL_ON, "no", 0, 0,      \
+      "memcached's no watch: accepted, no effect")                            \
+    X(extended_ignored, 0, "extended-ignored", OPTIONS_STR, NULL, 0, 0,       \
+      "memcached -o settings given that have no effect here (set by -o)")     \
     X(idle_timeout, 0, "idle-timeout", OPTIONS_UINT, "0", 0, 31536000,        \
       "close connections idle this many seconds (0 = never)")                 \
     X(node_id, 0, "node-id", OPTIONS_UINT, "1", 1, 4294967295ULL,             \
@@ -204,7 +236,7 @@ enum options_proto {
       3600000, "a suspect member without news this long is declared dead")    \
     X(indirect_probes, 0, "indirect-probes", OPTIONS_UINT, "3", 0, 16,        \
       "members asked to ping one that missed a direct probe")                 \
-    X(config, 'f', "config", OPTIONS_CLI, NULL, 0, 0,                         \
+    X(config, 0, "config", OPTIONS_CLI, NULL, 0, 0,                           \
       "read settings from FILE (name = value lines); flags override it")      \
     X(extended, 'o', "extended", OPTIONS_CLI, NULL, 0, 0,                     \
       "set settings by name: -o name=value[,name=value...]")                  \

@@ -187,6 +187,8 @@
 /* The eviction clock's age gate (see gate_note). */
 #define GATE_SAMPLES 64
 #define GATE_SKIPS_MAX 256
+/* Live values a write looks past for an expired one under no_evict. */
+#define NO_EVICT_LOOK 64
 
 /* ============================================================== items */
 
@@ -1497,6 +1499,13 @@ static int evict_one(store *s)
                     atomic_fetch_and_explicit(&it->abits, (uint8_t)~REF,
                                               RELAXED);
                     pp = &it->hnext;
+                    continue;
+                }
+                if (!expired && s->opt.no_evict) {
+                    /* -M: only expired values may go; look at a few. */
+                    pp = &it->hnext;
+                    if (++skips >= NO_EVICT_LOOK)
+                        budget = 1; /* the loop's decrement ends it */
                     continue;
                 }
                 if (!expired) {

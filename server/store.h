@@ -173,6 +173,9 @@ typedef struct store_options {
      * "Eviction is local" in store.c.
      */
     size_t evict_record_bytes;
+    /* Never evict (memcached's -M): a write that finds no room fails with
+     * STORE_ERR_NOMEM. Expired values are still reclaimed. */
+    bool no_evict;
 } store_options;
 
 /* Largest number of partitions (items keep their partition in 16 bits). */

@@ -19,9 +19,13 @@ EXPECTED_FLAGS = [
     "-F, --disable-flush-all", "-A, --enable-shutdown", "-C, --disable-cas",
     "-S, --enable-sasl", "-R, --max-reqs-per-event", "-B, --protocol",
     "-b, --listen-backlog", "-o, --extended", "-d, --daemon",
-    "-P, --pidfile", "-h, --help", "-V, --version", "-f, --config",
+    "-P, --pidfile", "-h, --help", "-V, --version", "--config",
     "--idle-timeout", "--node-id", "--tombstone-grace", "--sketch-symbols",
-    "--sasl-file",
+    "--sasl-file", "-u, --user", "-M, --disable-evictions",
+    "-Y, --auth-file", "-Z, --enable-ssl", "-f, --slab-growth-factor",
+    "-n, --slab-min-size", "-D, --prefix-delimiter", "-e, --memory-file",
+    "-N, --napi-ids", "-r, --enable-coredumps", "-k, --lock-memory",
+    "-L, --enable-largepages", "-X, --disable-dumping", "-W, --disable-watch",
 ]
 
 
@@ -71,7 +75,7 @@ class BadFlags(unittest.TestCase):
 
     def test_unknown_flags(self):
         self.assertUsageError(["--no-such-flag"], "--no-such-flag")
-        self.assertUsageError(["-Z"], "-Z")
+        self.assertUsageError(["-J"], "-J")
         self.assertUsageError(["extra-argument"], "extra-argument")
 
     def test_missing_value(self):
@@ -94,8 +98,11 @@ class BadFlags(unittest.TestCase):
     def test_item_size_against_memory(self):
         self.assertUsageError(["-m", "1", "-I", "1m"], "half of maxbytes")
 
-    def test_udp_rejected(self):
-        self.assertUsageError(["-U", "11211"], "UDP is not supported")
+    def test_missing_protection_refused(self):
+        # Authentication and TLS that were asked for and are not there yet:
+        # the daemon refuses to start rather than run without them.
+        self.assertUsageError(["-Y", "/nonexistent/auth"], "-Y/auth_file")
+        self.assertUsageError(["-Z"], "-Z/enable_ssl")
 
     def test_sasl_needs_credentials(self):
         self.assertUsageError(["-S"], "sasl-file")
@@ -202,7 +209,7 @@ class ConfigFile(unittest.TestCase):
             "peers = 127.0.0.1:1\n"
             "peers =\n")          # an empty value unsets a string
         try:
-            with Server(["-f", path]) as srv:
+            with Server(["--config", path]) as srv:
                 st = srv.stats("settings")
                 self.assertEqual(st["tcpport"], str(srv.port))
         finally:
@@ -242,7 +249,6 @@ class ConfigFile(unittest.TestCase):
         self.check_bad("maxconns = %s\n" % ("9" * 2000), "longer than")
         self.check_bad("config = other.conf\n", "command line")
         self.check_bad("maxconns = 5\x00\n", "NUL")
-        self.check_bad("udpport = 11211\n", "UDP")
 
     def test_missing_config_file(self):
         code, _, err = run(["--config", "/nonexistent/ribltcached.conf"])
@@ -256,6 +262,71 @@ class ConfigFile(unittest.TestCase):
         with Server(["--config", conf]) as srv:
             st = srv.stats("settings")
         self.assertEqual(st["tcpport"], str(srv.port))
+
+
+class MemcachedCommandLine(unittest.TestCase):
+    """An existing memcached command line or unit file starts the daemon:
+    the flags that mean something here act, the rest are accepted with one
+    warning line naming each."""
+
+    def test_flags_without_effect_accepted_and_named(self):
+        args = ["-f", "1.25", "-n", "48", "-k", "-L", "-r", "-X", "-W",
+                "-D", ":", "-e", "/nonexistent/memory_file", "-U", "11211",
+                "-o", "slab_chunk_max=512,no_modern,lru_crawler,"
+                "hash_algorithm=murmur3,ext_path=/x:64m",
+                "-o", "modern,idle_timeout=30"]
+        with Server(args) as srv:
+            self.assertEqual(srv.request(b"set k 0 0 1\r\nv\r\n"),
+                             b"STORED\r\n")
+            st = srv.stats("settings")
+            err = srv.stderr()
+        lines = [ln for ln in err.splitlines() if "no effect here" in ln]
+        self.assertEqual(len(lines), 1, err)
+        for name in ("-f 1.25", "-n 48", "-k", "-L", "-r", "-X", "-W",
+                     "-D :", "-e /nonexistent/memory_file", "-U 11211",
+                     "slab_chunk_max=512", "no_modern", "lru_crawler",
+                     "hash_algorithm=murmur3", "ext_path=/x:64m", "modern"):
+            self.assertIn(name, lines[0])
+        # A setting of ours given in the same -o still applies.
+        self.assertEqual(st["idle_timeout"], "30")
+        self.assertEqual(st["slab_growth_factor"], "1.25")
+
+    def test_disable_evictions(self):
+        # -M: a full cache refuses writes with memcached's error instead of
+        # evicting; what it holds stays readable.
+        with Server(["-M", "-m", "2"]) as srv:
+            s = srv.connect()
+            value = b"v" * 1000
+            refused = None
+            for i in range(5000):
+                s.sendall(b"set key%d 0 0 1000\r\n%s\r\n" % (i, value))
+                reply = harness.recv_until(s, b"\r\n")
+                if reply != b"STORED\r\n":
+                    refused = (i, reply)
+                    break
+            s.close()
+            self.assertIsNotNone(refused)
+            self.assertEqual(refused[1],
+                             b"SERVER_ERROR out of memory storing object\r\n")
+            st = srv.stats()
+            self.assertEqual(st["evictions"], "0")
+            self.assertEqual(srv.stats("settings")["evictions"], "no")
+            self.assertEqual(srv.request(b"get key0\r\n", b"END\r\n"),
+                             b"VALUE key0 0 1000\r\n" + value + b"\r\nEND\r\n")
+
+    def test_user_drops_privileges(self):
+        # -u: once its port is bound, a daemon started as root runs as the
+        # user; started as anyone else it stays who it is.
+        import pwd
+        nobody = pwd.getpwnam("nobody").pw_uid
+        with Server(["-u", "nobody"]) as srv:
+            with open("/proc/%d/status" % srv.pid) as f:
+                uid = [ln for ln in f if ln.startswith("Uid:")][0].split()
+            self.assertTrue(srv.request(b"version\r\n").startswith(
+                b"VERSION "))
+        want = nobody if os.geteuid() == 0 else os.geteuid()
+        self.assertEqual(int(uid[1]), want)  # real
+        self.assertEqual(int(uid[2]), want)  # effective
 
 
 if __name__ == "__main__":
