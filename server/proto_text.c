@@ -41,8 +41,8 @@
  *   - a command line longer than max_line is answered with
  *     "CLIENT_ERROR line too long" and discarded up to its newline, instead
  *     of closing the connection;
- *   - a set whose value is too large leaves the old value in place (the
- *     store never changes on bad input).
+ *   - a set whose value is too large removes the key, as memcached does
+ *     (its old value would otherwise be served).
  */
 #include "proto_text.h"
 
@@ -521,6 +521,22 @@ static void count_cas(pt_req *r, int rc)
  * With cas disabled (-C) a cas write can only miss or fail, as in
  * memcached, where every item's cas is 0.
  */
+/*
+ * As memcached: a set refused for its size removes the key, whose old value
+ * would otherwise be served as if the set had not happened. The removal is
+ * an ordinary delete, so it replicates; a key relayed to its owners
+ * (scale-out) is left to them.
+ */
+static void drop_refused(pt_req *r, const char *key, size_t nkey)
+{
+    if (r->ctx->cfg->route_fn != NULL) {
+        proto_target t[PROTO_ROUTE_MAX];
+        if (proxy_route(r->ctx, key, nkey, true, t) > 0)
+            return;
+    }
+    (void)store_delete(r->ctx->store, key, nkey, 0);
+}
+
 static int do_write(pt_req *r, const store_write *w, uint64_t *cas_out)
 {
     if (w->mode == STORE_CAS && !r->ctx->cfg->cas_enabled) {
@@ -530,7 +546,10 @@ static int do_write(pt_req *r, const store_write *w, uint64_t *cas_out)
         store_item_release(it);
         return STORE_EXISTS;
     }
-    return store_write_item(r->ctx->store, w, cas_out);
+    int rc = store_write_item(r->ctx->store, w, cas_out);
+    if (rc == STORE_ERR_TOO_LARGE && w->mode == STORE_SET && w->cas == 0)
+        drop_refused(r, w->key, w->nkey);
+    return rc;
 }
 
 /* ==================================================== classic commands */
@@ -791,6 +810,8 @@ static int cmd_store(pt_req *r, enum store_set_mode mode)
     }
     if (too_large(r, key->n, vlen)) {
         STAT(r, store_too_large);
+        if (mode == STORE_SET)
+            drop_refused(r, key->s, key->n);
         REPLY(r, "SERVER_ERROR object too large for cache");
         swallow(r, vlen);
         return 0;
@@ -1555,6 +1576,8 @@ static int cmd_ms(pt_req *r)
     }
     if (too_large(r, m.nkey, vlen)) {
         STAT(r, store_too_large);
+        if (mode == STORE_SET && m.C == 0)
+            drop_refused(r, m.key, m.nkey);
         err = "SERVER_ERROR object too large for cache";
         goto refuse;
     }

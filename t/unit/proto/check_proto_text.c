@@ -207,7 +207,9 @@ START_TEST(test_too_large_swallowed)
                         "VERSION 1.6.99-test\r\n";
     expect_bytes(req, n, want, sizeof(want) - 1, __LINE__);
     ck_assert_uint_eq(sth.store_too_large, 1);
-    expect_value("k", "v");
+    /* as memcached: the refused set removes the key (no stale value) */
+    expect_missing("k");
+    EXPECT("set k 0 0 1\r\nv\r\n", "STORED\r\n");
     /* the same, arriving in pieces: nothing of it is buffered or parsed */
     size_t got_n;
     char *got = run_split(req, n, 4096, &got_n);
@@ -215,19 +217,30 @@ START_TEST(test_too_large_swallowed)
     ck_assert(memcmp(got, want, got_n) == 0);
     ck_assert_uint_eq(left_in, 0);
     free(got);
+    expect_missing("k");
+    EXPECT("set k 0 0 1\r\nv\r\n", "STORED\r\n");
     /* noreply hides the error; the data is still swallowed */
     n = (size_t)sprintf(req, "set k 0 0 %d noreply\r\n", N);
     memset(req + n, 'x', N);
     n += N;
     n += (size_t)sprintf(req + n, "\r\nversion\r\n");
     expect_bytes(req, n, "VERSION 1.6.99-test\r\n", 21, __LINE__);
-    /* ms refuses it the same way */
-    n = (size_t)sprintf(req, "ms k %d T0\r\n", N);
+    expect_missing("k");
+    /* other modes refuse it and leave the key: only set removes */
+    EXPECT("set k 0 0 1\r\nv\r\n", "STORED\r\n");
+    n = (size_t)sprintf(req, "append k 0 0 %d\r\n", N);
     memset(req + n, 'x', N);
     n += N;
     n += (size_t)sprintf(req + n, "\r\nversion\r\n");
     expect_bytes(req, n, want, sizeof(want) - 1, __LINE__);
     expect_value("k", "v");
+    /* ms refuses it the same way, and its set mode removes the key too */
+    n = (size_t)sprintf(req, "ms k %d T0\r\n", N);
+    memset(req + n, 'x', N);
+    n += N;
+    n += (size_t)sprintf(req + n, "\r\nversion\r\n");
+    expect_bytes(req, n, want, sizeof(want) - 1, __LINE__);
+    expect_missing("k");
     free(req);
 }
 END_TEST
