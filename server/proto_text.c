@@ -35,8 +35,9 @@
  * Deliberate differences from memcached (all on bad input):
  *   - keys with control characters (bytes < 0x21 or 0x7f) are refused
  *     with "CLIENT_ERROR bad command line format";
- *   - numbers that do not fit their field (flags > 2^32-1, byte counts
- *     that would wrap) are refused instead of being truncated;
+ *   - numbers that do not fit their field (byte counts that would wrap)
+ *     are refused instead of being truncated; client flags are kept
+ *     modulo 2^32 as memcached does;
  *   - a "get" with an over-long key fails before any key is looked up;
  *   - a command line longer than max_line is answered with
  *     "CLIENT_ERROR line too long" and discarded up to its newline, instead
@@ -341,6 +342,20 @@ static bool parse_u32(const char *s, size_t n, uint32_t *out)
 {
     uint64_t v;
     if (!parse_u64(s, n, &v) || v > UINT32_MAX)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+/*
+ * Client flags as memcached reads them on a 64-bit host: a 64-bit number
+ * kept modulo 2^32 (4294967296 is stored as 0), so a client sees the same
+ * flags back from either server.
+ */
+static bool parse_flags(const char *s, size_t n, uint32_t *out)
+{
+    uint64_t v;
+    if (!parse_u64(s, n, &v))
         return false;
     *out = (uint32_t)v;
     return true;
@@ -800,7 +815,8 @@ static int cmd_store(pt_req *r, enum store_set_mode mode)
     }
     r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
     const pt_tok *key = &r->t[1];
-    if (!key_ok(key->s, key->n) || !parse_u32(r->t[2].s, r->t[2].n, &flags) ||
+    if (!key_ok(key->s, key->n) ||
+        !parse_flags(r->t[2].s, r->t[2].n, &flags) ||
         !parse_i64(r->t[3].s, r->t[3].n, &exptime) ||
         !parse_i64(r->t[4].s, r->t[4].n, &vlen) ||
         (is_cas && !parse_u64(r->t[5].s, r->t[5].n, &cas)) || vlen < 0 ||
@@ -1253,7 +1269,7 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
             m->q = true;
             break;
         case 'F':
-            if (!parse_u32(t->s + 1, t->n - 1, &m->F)) {
+            if (!parse_flags(t->s + 1, t->n - 1, &m->F)) {
                 *err = "CLIENT_ERROR bad command line format";
                 bad = true;
             }

@@ -135,7 +135,7 @@ START_TEST(test_mg_errors)
     /* regression: a bad F number used to answer with no error text */
     EXPECT("mg a F\r\n", "CLIENT_ERROR bad command line format\r\n");
     EXPECT("mg a Fx\r\n", "CLIENT_ERROR bad command line format\r\n");
-    EXPECT("mg a F99999999999\r\n",
+    EXPECT("mg a F99999999999999999999\r\n",
            "CLIENT_ERROR bad command line format\r\n");
     char req[600];
     memset(req, 0, sizeof(req));

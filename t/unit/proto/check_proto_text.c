@@ -183,7 +183,7 @@ START_TEST(test_bad_byte_counts)
     EXPECT("set k 0 0 1x\r\n", "CLIENT_ERROR bad command line format\r\n");
     EXPECT("set k x 0 1\r\n", "CLIENT_ERROR bad command line format\r\n");
     EXPECT("set k -1 0 1\r\n", "CLIENT_ERROR bad command line format\r\n");
-    EXPECT("set k 4294967296 0 1\r\n",
+    EXPECT("set k 18446744073709551616 0 1\r\n",
            "CLIENT_ERROR bad command line format\r\n");
     EXPECT("set k 0 x 1\r\n", "CLIENT_ERROR bad command line format\r\n");
     /* noreply hides even the error, as in memcached */
@@ -191,6 +191,17 @@ START_TEST(test_bad_byte_counts)
     expect_alive();
     expect_value("k", "v");
     ck_assert_uint_eq(sth.cmd_set, 1);
+}
+END_TEST
+
+/* Client flags beyond 32 bits are kept modulo 2^32, as memcached does. */
+START_TEST(test_flags_modulo_2_32)
+{
+    EXPECT("set k 4294967296 0 1\r\nv\r\nget k\r\n",
+           "STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n");
+    EXPECT("set k 4294967301 0 1\r\nv\r\nget k\r\n",
+           "STORED\r\nVALUE k 5 1\r\nv\r\nEND\r\n");
+    EXPECT("ms k 1 F4294967303\r\nv\r\nmg k f\r\n", "HD\r\nHD f7\r\n");
 }
 END_TEST
 
@@ -688,6 +699,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_cas_disabled);
     tcase_add_test(tc, test_noreply_storage);
     tcase_add_test(tc, test_bad_byte_counts);
+    tcase_add_test(tc, test_flags_modulo_2_32);
     tcase_add_test(tc, test_too_large_swallowed);
     tcase_add_test(tc, test_bad_data_chunk);
     tcase_add_test(tc, test_incomplete_waits);
