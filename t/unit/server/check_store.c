@@ -1619,6 +1619,30 @@ static void reconcile(store *a, store *b)
 }
 
 /*
+ * Writes keys k:000.. with 1000-byte values (v, 1001 bytes, is filled) to
+ * a, recording what a tells its listener in *rec (the caller frees it), and
+ * applies every recorded mutation to b, as push would.
+ */
+static void write_pushed(store *a, store *b, recorder *rec, int n, char *v)
+{
+    char key[16];
+
+    memset(v, 'v', 1000);
+    v[1000] = 0;
+    recorder_init(rec);
+    store_set_listener(a, record, rec);
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "k:%03d", i);
+        ck_assert_int_eq(set(a, key, v), STORE_STORED);
+    }
+    for (size_t i = 0; i < rec->n; i++) {
+        store_mutation m;
+        store_item_mutation(rec->items[i], &m);
+        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    }
+}
+
+/*
  * Eviction is local: a small node evicts, a big one that saw the same
  * writes keeps them all, their sets stay equal, and nothing evicted comes
  * back or beats a newer write or a delete.
@@ -1632,21 +1656,8 @@ START_TEST(test_eviction_local)
     char key[16], v[1001];
     recorder rec;
 
-    memset(v, 'v', 1000);
-    v[1000] = 0;
-    recorder_init(&rec);
-    store_set_listener(a, record, &rec);
-    for (int i = 0; i < 100; i++) {
-        snprintf(key, sizeof(key), "k:%03d", i);
-        ck_assert_int_eq(set(a, key, v), STORE_STORED);
-    }
-    /* b receives every write, as push gives it. */
+    write_pushed(a, b, &rec, 100, v);
     ck_assert_uint_eq(rec.n, 100);
-    for (size_t i = 0; i < rec.n; i++) {
-        store_mutation m;
-        store_item_mutation(rec.items[i], &m);
-        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
-    }
     store_stats sa = stats(a), sb = stats(b);
     ck_assert_uint_ge(sa.evictions, 90);
     ck_assert_uint_eq(sa.evicted_records, sa.evictions);
@@ -1798,22 +1809,10 @@ START_TEST(test_eviction_record_overflow)
     /* 40 entries: 38 for records, 2 for drops to start with (they grow). */
     store *a = mk_rec(&c, 1, one * 6 + 40 * 36, 40 * 36);
     store *b = mk_rec(&c, 2, 0, 4096 * 36);
-    char key[16], v[1001];
+    char v[1001];
     recorder rec;
 
-    memset(v, 'v', 1000);
-    v[1000] = 0;
-    recorder_init(&rec);
-    store_set_listener(a, record, &rec);
-    for (int i = 0; i < 80; i++) {
-        snprintf(key, sizeof(key), "k:%03d", i);
-        ck_assert_int_eq(set(a, key, v), STORE_STORED);
-    }
-    for (size_t i = 0; i < rec.n; i++) {
-        store_mutation m;
-        store_item_mutation(rec.items[i], &m);
-        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
-    }
+    write_pushed(a, b, &rec, 80, v);
     store_stats sa = stats(a);
     ck_assert_uint_eq(sa.evict_records, 38);
     ck_assert_uint_gt(sa.drops_written, 20);
