@@ -1054,6 +1054,68 @@ static int cmd_verbosity(pt_req *r)
     return 0;
 }
 
+/*
+ * slabs automove <0|1|2> | slabs reassign <src> <dst>. There is one class
+ * (items are allocated at their size, see stats slabs): automove is
+ * accepted, a reassignment names a class that does not exist or the same
+ * class twice, answered as memcached answers those.
+ */
+static int cmd_slabs(pt_req *r)
+{
+    uint32_t v, src, dst;
+
+    if (r->nt == 3 && TOK_IS(&r->t[1], "automove")) {
+        if (!parse_u32(r->t[2].s, r->t[2].n, &v) || v > 2) {
+            REPLY(r, "CLIENT_ERROR bad command line format");
+            return 0;
+        }
+        REPLY(r, "OK");
+        return 0;
+    }
+    if (r->nt == 4 && TOK_IS(&r->t[1], "reassign")) {
+        bool any = r->t[2].n == 2 && memcmp(r->t[2].s, "-1", 2) == 0;
+        if (!any && !parse_u32(r->t[2].s, r->t[2].n, &src)) {
+            REPLY(r, "CLIENT_ERROR bad command line format");
+            return 0;
+        }
+        if (!parse_u32(r->t[3].s, r->t[3].n, &dst)) {
+            REPLY(r, "CLIENT_ERROR bad command line format");
+            return 0;
+        }
+        if (!any && src == dst)
+            REPLY(r, "SAME src and dst class are identical");
+        else
+            REPLY(r, "BADCLASS invalid src or dst class");
+        return 0;
+    }
+    REPLY(r, "ERROR");
+    return 0;
+}
+
+/* cache_memlimit <megabytes> [noreply]: the memory limit, at run time. */
+static int cmd_cache_memlimit(pt_req *r)
+{
+    uint64_t mb;
+
+    if (r->nt != 2 && r->nt != 3) {
+        REPLY(r, "ERROR");
+        return 0;
+    }
+    r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
+    if (!parse_u64(r->t[1].s, r->t[1].n, &mb) || mb > (1ULL << 40)) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
+    }
+    /* memcached's floor, and ours: the record table must fit below. */
+    if (mb < 8 ||
+        store_set_memory_limit(r->ctx->store, (size_t)mb << 20) != STORE_OK) {
+        REPLY(r, "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m");
+        return 0;
+    }
+    REPLY(r, "OK");
+    return 0;
+}
+
 static void emit_stat(void *arg, const char *name, const char *value)
 {
     pt_out *o = arg;
@@ -2001,6 +2063,8 @@ static int dispatch(pt_req *r)
             return cmd_stats(r);
         if (CMD_IS(c, "shutdown"))
             return cmd_shutdown(r);
+        if (CMD_IS(c, "slabs"))
+            return cmd_slabs(r);
         break;
     case 'a':
         if (CMD_IS(c, "add"))
@@ -2021,6 +2085,8 @@ static int dispatch(pt_req *r)
     case 'c':
         if (CMD_IS(c, "cas"))
             return cmd_store(r, STORE_CAS);
+        if (CMD_IS(c, "cache_memlimit"))
+            return cmd_cache_memlimit(r);
         break;
     case 'd':
         if (CMD_IS(c, "delete"))

@@ -441,7 +441,8 @@ struct store {
     uint64_t rec_drops;          /* STORE_KIND_DROP entries; rec_lock */
     uint64_t rec_cursor[2];      /* sweep's place in each table; rec_lock */
     uint64_t drop_rec_cursor[2]; /* drop's; rec_lock */
-    size_t item_limit;           /* memory_limit less the record table */
+    _Atomic size_t item_limit;   /* the limit less the record table */
+    _Atomic size_t limit_now;    /* memory_limit, or cache_memlimit's */
 
     pthread_mutex_t sweep_lock; /* sweep and drop cursors */
     size_t sweep_stripe;
@@ -1544,7 +1545,7 @@ static int evict_one(store *s)
  */
 static int ensure_room(store *s, size_t need)
 {
-    size_t limit = s->item_limit;
+    size_t limit = atomic_load_explicit(&s->item_limit, RELAXED);
 
     if (limit == 0)
         return 0;
@@ -1563,8 +1564,9 @@ static int ensure_room(store *s, size_t need)
 /* Brings memory back under the limit after a write that grew it. */
 static void trim(store *s)
 {
-    if (s->item_limit != 0 &&
-        atomic_load_explicit(&s->mem_used, RELAXED) > s->item_limit)
+    size_t limit = atomic_load_explicit(&s->item_limit, RELAXED);
+
+    if (limit != 0 && atomic_load_explicit(&s->mem_used, RELAXED) > limit)
         (void)ensure_room(s, 0);
 }
 
@@ -1630,7 +1632,8 @@ store *store_create(const store_options *o, int *err)
         s->opt.node_id = (uint32_t)rng_next();
     s->seed[0] = rng_next();
     s->seed[1] = rng_next();
-    s->item_limit = o->memory_limit;
+    atomic_init(&s->item_limit, o->memory_limit);
+    atomic_init(&s->limit_now, o->memory_limit);
     if (nrec != 0) {
         /* A sixteenth of the entries for drops to start with; that table
          * grows beyond it when it must (drops_resize counts the growth). */
@@ -1640,8 +1643,9 @@ store *store_create(const store_options *o, int *err)
         s->droptab = evrec_create(s->drop_cap0, rng_next());
         if (s->recs == NULL || s->droptab == NULL)
             goto fail_stripes;
-        if (s->item_limit != 0)
-            s->item_limit -= nrec * EVREC_ENTRY_BYTES;
+        if (o->memory_limit != 0)
+            atomic_store(&s->item_limit,
+                         o->memory_limit - nrec * EVREC_ENTRY_BYTES);
     }
 
     bits = o->hash_power < MAX_STRIPE_BITS ? o->hash_power : MAX_STRIPE_BITS;
@@ -3162,6 +3166,23 @@ size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
     return removed;
 }
 
+int store_set_memory_limit(store *s, size_t bytes)
+{
+    size_t rec = 0;
+
+    if (s == NULL || bytes == 0 || s->opt.memory_limit == 0)
+        return STORE_ERR_INVAL;
+    if (s->recs != NULL)
+        rec = (evrec_capacity(s->recs) + s->drop_cap0) * EVREC_ENTRY_BYTES;
+    if (bytes <= rec)
+        return STORE_ERR_INVAL;
+    /* Readers take either limit; a write in flight may use the old one. */
+    atomic_store_explicit(&s->limit_now, bytes, RELAXED);
+    atomic_store_explicit(&s->item_limit, bytes - rec, RELAXED);
+    trim(s);
+    return STORE_OK;
+}
+
 /* ============================================================= stats */
 
 void store_get_stats(store *s, store_stats *out)
@@ -3176,7 +3197,7 @@ void store_get_stats(store *s, store_stats *out)
     out->curr_items = atomic_load_explicit(&s->curr_items, RELAXED);
     out->total_items = atomic_load_explicit(&s->total_items, RELAXED);
     out->bytes = atomic_load_explicit(&s->bytes, RELAXED);
-    out->limit_maxbytes = s->opt.memory_limit;
+    out->limit_maxbytes = atomic_load_explicit(&s->limit_now, RELAXED);
     out->evictions = atomic_load_explicit(&s->evictions, RELAXED);
     out->expired_unfetched =
         atomic_load_explicit(&s->expired_unfetched, RELAXED);

@@ -557,6 +557,14 @@ size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
  */
 size_t store_sweep(store *s, size_t budget);
 
+/*
+ * Changes memory_limit at run time (memcached's cache_memlimit): bytes for
+ * items and the record table, whose size stays as created. Lowering it
+ * evicts down to the new limit at once. STORE_ERR_INVAL when bytes is 0 or
+ * leaves no room beside the record table (or the store had no limit).
+ */
+int store_set_memory_limit(store *s, size_t bytes);
+
 /* ------------------------------------------------------------- stats */
 
 typedef struct store_stats {

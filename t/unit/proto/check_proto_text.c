@@ -194,6 +194,35 @@ START_TEST(test_bad_byte_counts)
 }
 END_TEST
 
+/* memcached's slab and memory admin commands, answered in its words. */
+START_TEST(test_slabs_and_memlimit)
+{
+    EXPECT("slabs automove 1\r\n", "OK\r\n");
+    EXPECT("slabs automove 0\r\n", "OK\r\n");
+    EXPECT("slabs automove 3\r\n", "CLIENT_ERROR bad command line format\r\n");
+    EXPECT("slabs reassign 1 1\r\n",
+           "SAME src and dst class are identical\r\n");
+    EXPECT("slabs reassign 1 5\r\n", "BADCLASS invalid src or dst class\r\n");
+    EXPECT("slabs reassign -1 1\r\n", "BADCLASS invalid src or dst class\r\n");
+    EXPECT("slabs reassign x 1\r\n",
+           "CLIENT_ERROR bad command line format\r\n");
+    EXPECT("slabs\r\n", "ERROR\r\n");
+    EXPECT("cache_memlimit 4\r\n",
+           "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n");
+    EXPECT("cache_memlimit x\r\n", "CLIENT_ERROR bad command line format\r\n");
+    EXPECT("cache_memlimit\r\n", "ERROR\r\n");
+    store_stats ss;
+    store_get_stats(st, &ss);
+    ck_assert_uint_eq(ss.limit_maxbytes, 64u << 20);
+    EXPECT("cache_memlimit 100\r\n", "OK\r\n");
+    store_get_stats(st, &ss);
+    ck_assert_uint_eq(ss.limit_maxbytes, 100u << 20);
+    EXPECT("cache_memlimit 9 noreply\r\n", "");
+    store_get_stats(st, &ss);
+    ck_assert_uint_eq(ss.limit_maxbytes, 9u << 20);
+}
+END_TEST
+
 /* Client flags beyond 32 bits are kept modulo 2^32, as memcached does. */
 START_TEST(test_flags_modulo_2_32)
 {
@@ -536,7 +565,7 @@ START_TEST(test_misc_commands)
     EXPECT(" \r\n", "ERROR\r\n");
     EXPECT("x\r\n", "ERROR\r\n");
     EXPECT("mz k\r\n", "ERROR\r\n");
-    EXPECT("slabs automove 1\r\n", "ERROR\r\n");
+    EXPECT("slabs nosuch 1\r\n", "ERROR\r\n");
 }
 END_TEST
 
@@ -700,6 +729,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_noreply_storage);
     tcase_add_test(tc, test_bad_byte_counts);
     tcase_add_test(tc, test_flags_modulo_2_32);
+    tcase_add_test(tc, test_slabs_and_memlimit);
     tcase_add_test(tc, test_too_large_swallowed);
     tcase_add_test(tc, test_bad_data_chunk);
     tcase_add_test(tc, test_incomplete_waits);
