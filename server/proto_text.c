@@ -53,6 +53,7 @@
 
 #include <event2/buffer.h>
 
+#include "prefix_stats.h"
 #include "proxy.h"
 
 #define PT_KEY_MAX 250
@@ -554,6 +555,7 @@ static void drop_refused(pt_req *r, const char *key, size_t nkey)
 
 static int do_write(pt_req *r, const store_write *w, uint64_t *cas_out)
 {
+    prefix_stats_record(w->key, w->nkey, PREFIX_STATS_SET, false);
     if (w->mode == STORE_CAS && !r->ctx->cfg->cas_enabled) {
         store_item *it = store_get(r->ctx->store, w->key, w->nkey);
         if (it == NULL)
@@ -630,6 +632,7 @@ static void get_one(pt_req *r, const pt_tok *k, bool with_cas, bool touch,
             STAT(r, get_misses);
     }
     count_stale_miss(r, ri.why);
+    prefix_stats_record(k->s, k->n, PREFIX_STATS_GET, it != NULL);
     if (it)
         out_get_hit(r, it, with_cas);
 }
@@ -893,6 +896,7 @@ static int cmd_delete(pt_req *r)
         if (nt > 0)
             return relay(r, t, nt, 0, relay_kind(r->noreply));
     }
+    prefix_stats_record(r->t[1].s, r->t[1].n, PREFIX_STATS_DEL, false);
     int rc = store_delete(r->ctx->store, r->t[1].s, r->t[1].n, 0);
     if (rc == STORE_DELETED) {
         STAT(r, delete_hits);
@@ -1132,6 +1136,18 @@ static void emit_stat(void *arg, const char *name, const char *value)
 }
 
 /* stats [group]: the daemon lists the groups; "reset" and "detail" here. */
+/* One `stats detail dump` line (prefix_stats_dump callback). */
+static void detail_line(void *arg, const char *text, size_t len)
+{
+    pt_out *o = arg;
+    if (len + 2 > PT_OUTBUF)
+        return;
+    char *p = out_reserve(o, len + 2);
+    p = put_mem(p, text, len);
+    p = PUT_LIT(p, "\r\n");
+    out_commit(o, p);
+}
+
 static int cmd_stats(pt_req *r)
 {
     char group[64];
@@ -1148,13 +1164,16 @@ static int cmd_stats(pt_req *r)
         return 0;
     }
     if (TOK_IS(g, "detail")) {
-        /* per-prefix stats are not collected: on/off accepted, dump empty */
-        if (r->nt >= 3 && (TOK_IS(&r->t[2], "on") || TOK_IS(&r->t[2], "off")))
+        if (r->nt == 3 &&
+            (TOK_IS(&r->t[2], "on") || TOK_IS(&r->t[2], "off"))) {
+            prefix_stats_enable(TOK_IS(&r->t[2], "on"));
             REPLY(r, "OK");
-        else if (r->nt >= 3 && TOK_IS(&r->t[2], "dump"))
-            REPLY(r, "END");
-        else
+        } else if (r->nt == 3 && TOK_IS(&r->t[2], "dump")) {
+            prefix_stats_dump(detail_line, r->o);
+            OUT_LIT(r->o, "END\r\n");
+        } else {
             REPLY(r, "CLIENT_ERROR usage: stats detail on|off|dump");
+        }
         return 0;
     }
     if (g->n >= sizeof(group)) {

@@ -576,9 +576,26 @@ START_TEST(test_stats)
     EXPECT("stats sizes\r\n", "STAT sizes_status disabled\r\nEND\r\n");
     EXPECT("stats detail\r\n",
            "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+    EXPECT("stats detail dump\r\n", "END\r\n");
     EXPECT("stats detail on\r\n", "OK\r\n");
     EXPECT("stats detail dump\r\n", "END\r\n");
+    /* as memcached: the prefix is the key up to ':'; get counts a hit */
+    EXPECT("set foo:123 0 0 6\r\nfooval\r\n", "STORED\r\n");
+    EXPECT("stats detail dump\r\n",
+           "PREFIX foo get 0 hit 0 set 1 del 0\r\nEND\r\n");
+    EXPECT("get foo:123 foo:nope nocolon\r\n",
+           "VALUE foo:123 0 6\r\nfooval\r\nEND\r\n");
+    EXPECT("delete foo:123\r\nset bar:1 0 0 1\r\nx\r\n",
+           "DELETED\r\nSTORED\r\n");
+    EXPECT("stats detail dump\r\n",
+           "PREFIX foo get 2 hit 1 set 1 del 1\r\n"
+           "PREFIX bar get 0 hit 0 set 1 del 0\r\nEND\r\n");
     EXPECT("stats detail off\r\n", "OK\r\n");
+    EXPECT("get foo:123\r\n", "END\r\n");
+    /* off stops counting; the counts stay */
+    EXPECT("stats detail dump\r\n",
+           "PREFIX foo get 2 hit 1 set 1 del 1\r\n"
+           "PREFIX bar get 0 hit 0 set 1 del 0\r\nEND\r\n");
     size_t n;
     char *got = run_n("stats\r\n", 7, &n);
     ck_assert_msg(n > 10 && memcmp(got, "STAT ", 5) == 0 &&
