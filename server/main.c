@@ -249,6 +249,46 @@ static void listen_tcp(void)
     free(list);
 }
 
+/*
+ * MEMCACHED_PORT_FILENAME (memcached's, used by tools that start it on
+ * port 0): the ports bound, one "TCP INET: <port>" or "TCP INET6: <port>"
+ * line per listener, written to NAME.lck and renamed to NAME.
+ */
+static void write_port_file(void)
+{
+    const char *name = getenv("MEMCACHED_PORT_FILENAME");
+    char tmp[4096];
+
+    if (name == NULL || name[0] == '\0') {
+        return;
+    }
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.lck", name) >= sizeof(tmp)) {
+        die(EXIT_STARTUP, "MEMCACHED_PORT_FILENAME is too long");
+    }
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL) {
+        die(EXIT_STARTUP, "cannot write %s: %s", tmp, strerror(errno));
+    }
+    for (size_t i = 0; i < d.nlisteners; i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = evconnlistener_get_fd(d.listeners[i]);
+        if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+            continue;
+        }
+        if (ss.ss_family == AF_INET) {
+            fprintf(f, "TCP INET: %u\n",
+                    ntohs(((struct sockaddr_in *)&ss)->sin_port));
+        } else if (ss.ss_family == AF_INET6) {
+            fprintf(f, "TCP INET6: %u\n",
+                    ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+        }
+    }
+    if (fclose(f) != 0 || rename(tmp, name) != 0) {
+        die(EXIT_STARTUP, "cannot write %s: %s", name, strerror(errno));
+    }
+}
+
 static void listen_unix(void)
 {
     const char *path = d.opts.domain_socket;
@@ -842,6 +882,7 @@ static void start(void)
         die(EXIT_STARTUP, "cannot set up the main event loop");
     }
     write_pidfile();
+    write_port_file();
     drop_privileges();
     if (d.opts.verbosity > 0) {
         fprintf(stderr, "%s %s: %u threads, listening on %s\n", prog,

@@ -29,6 +29,13 @@ void prefix_stats_enable(bool on)
     atomic_store_explicit(&ps.on, on, memory_order_relaxed);
 }
 
+void prefix_stats_clear(void)
+{
+    pthread_mutex_lock(&ps.lock);
+    ps.n = 0;
+    pthread_mutex_unlock(&ps.lock);
+}
+
 /* The entry for name (lock held), added when there is room; or NULL. */
 static struct prefix *find(const char *name, size_t len)
 {

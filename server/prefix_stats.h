@@ -27,6 +27,9 @@ enum prefix_stats_op {
 /* Turns counting on or off (the counts stay until the process ends). */
 void prefix_stats_enable(bool on);
 
+/* Forgets every prefix and its counts (stats reset). */
+void prefix_stats_clear(void);
+
 /* Counts one operation on key (no-op while off or without a delimiter). */
 void prefix_stats_record(const char *key, size_t nkey, enum prefix_stats_op op,
                          bool hit);

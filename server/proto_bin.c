@@ -46,6 +46,7 @@
 #include <strings.h>
 
 #include "bin_wire.h"
+#include "prefix_stats.h"
 #include "proxy.h"
 
 /* Longest key memcached accepts (the wire allows 65535). */
@@ -715,6 +716,57 @@ static void bin_stat_emit(void *arg, const char *name, const char *value)
               value, nvalue);
 }
 
+/* Collects `stats detail dump` lines into one value (prefix_stats_dump). */
+struct detail_buf {
+    char *p;
+    size_t n, cap;
+    bool failed;
+};
+
+static void detail_collect(void *arg, const char *text, size_t len)
+{
+    struct detail_buf *b = arg;
+    if (b->failed)
+        return;
+    if (b->n + len + 2 > b->cap) {
+        size_t cap = (b->n + len + 2) * 2;
+        char *np = realloc(b->p, cap);
+        if (np == NULL) {
+            b->failed = true;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, text, len);
+    memcpy(b->p + b->n + len, "\r\n", 2);
+    b->n += len + 2;
+}
+
+/*
+ * STAT "detail on|off|dump", as memcached: on and off answer an empty
+ * stat; dump answers one value holding the text protocol's dump lines and
+ * "END\r\n".
+ */
+static int bin_stat_detail(struct evbuffer *out, const bin_req *r,
+                           const char *what)
+{
+    if (strcmp(what, "on") == 0 || strcmp(what, "off") == 0) {
+        prefix_stats_enable(what[1] == 'n');
+        return bin_reply(out, r, BIN_STATUS_OK, 0, NULL, 0, NULL, 0, "", 0);
+    }
+    if (strcmp(what, "dump") != 0)
+        return bin_error(out, r, BIN_STATUS_KEY_ENOENT);
+    struct detail_buf b = {0};
+    prefix_stats_dump(detail_collect, &b);
+    detail_collect(&b, "END", 3);
+    int rc = b.failed ? bin_error(out, r, BIN_STATUS_ENOMEM)
+                      : bin_reply(out, r, BIN_STATUS_OK, 0, NULL, 0, NULL, 0,
+                                  b.p, b.n);
+    free(b.p);
+    return rc;
+}
+
 /*
  * STAT: the key names the group ("" = general). One packet per stat, then
  * an empty packet ends the listing. "reset" zeroes the counters and answers
@@ -730,6 +782,8 @@ static int bin_stat(proto_ctx *ctx, const bin_req *r, struct evbuffer *out)
     group[n] = '\0';
     if (memchr(group, '\0', n))
         return bin_error(out, r, BIN_STATUS_KEY_ENOENT);
+    if (strncmp(group, "detail ", 7) == 0)
+        return bin_stat_detail(out, r, group + 7);
     if (strcmp(group, "reset") == 0)
         stats_reset();
     else if (stats_emit_group(group, bin_stat_emit, &sink) != 0)

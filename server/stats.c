@@ -26,6 +26,7 @@
 
 #include <event2/event.h>
 
+#include "prefix_stats.h"
 #include "worker.h"
 
 #define STATS_MAX_LISTENERS 64
@@ -502,6 +503,7 @@ int stats_emit_group(const char *group, stats_emit_fn emit, void *arg)
 
 void stats_reset(void)
 {
+    prefix_stats_clear(); /* as memcached: stats reset empties the detail */
     size_t n = worker_count();
     for (size_t i = 0; i < n; i++) {
         stats_thread *t = worker_stats(i);

@@ -179,6 +179,40 @@ class OpenFilesLimit(unittest.TestCase):
                 b"VERSION "))
 
 
+class LongLines(unittest.TestCase):
+    def test_get_with_twenty_thousand_keys(self):
+        # memcached's getset test sends a get line of ~187 KB; clients that
+        # batch many keys do the same. It is answered whole.
+        with Server() as srv:
+            s = srv.connect()
+            s.sendall(b"set k:00007 0 0 2\r\nhi\r\n")
+            self.assertEqual(recv_until(s, b"\r\n"), b"STORED\r\n")
+            keys = b" ".join(b"k:%05d" % i for i in range(20000))
+            self.assertGreater(len(keys), 128 * 1024)
+            s.sendall(b"get " + keys + b"\r\n")
+            self.assertEqual(recv_until(s, b"END\r\n"),
+                             b"VALUE k:00007 0 2\r\nhi\r\nEND\r\n")
+            s.close()
+
+
+class PortFile(unittest.TestCase):
+    def test_port_file_names_the_bound_port(self):
+        # MEMCACHED_PORT_FILENAME, as memcached: tools that start the daemon
+        # on port 0 read the port it bound from that file.
+        srv = Server()
+        name = os.path.join(srv.tmpdir, "ports")
+        os.environ["MEMCACHED_PORT_FILENAME"] = name
+        try:
+            srv.start()
+            with open(name) as f:
+                lines = f.read().splitlines()
+            self.assertIn("TCP INET: %d" % srv.port, lines)
+            self.assertFalse(os.path.exists(name + ".lck"))
+        finally:
+            del os.environ["MEMCACHED_PORT_FILENAME"]
+            srv.close()
+
+
 class IdleTimeout(unittest.TestCase):
     def test_idle_connection_closed_active_kept(self):
         with Server(["--idle-timeout", "1"]) as srv:

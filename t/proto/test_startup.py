@@ -274,7 +274,7 @@ class MemcachedCommandLine(unittest.TestCase):
                 "-D", ":", "-e", "/nonexistent/memory_file", "-U", "11211",
                 "-o", "slab_chunk_max=512,no_modern,lru_crawler,"
                 "hash_algorithm=murmur3,ext_path=/x:64m",
-                "-o", "modern,idle_timeout=30"]
+                "-o", "modern,idle_timeout=30", "-o", "relaxed_privileges"]
         with Server(args) as srv:
             self.assertEqual(srv.request(b"set k 0 0 1\r\nv\r\n"),
                              b"STORED\r\n")
@@ -285,7 +285,8 @@ class MemcachedCommandLine(unittest.TestCase):
         for name in ("-f 1.25", "-n 48", "-k", "-L", "-r", "-X", "-W",
                      "-D :", "-e /nonexistent/memory_file", "-U 11211",
                      "slab_chunk_max=512", "no_modern", "lru_crawler",
-                     "hash_algorithm=murmur3", "ext_path=/x:64m", "modern"):
+                     "hash_algorithm=murmur3", "ext_path=/x:64m", "modern",
+                     "relaxed_privileges"):
             self.assertIn(name, lines[0])
         # A setting of ours given in the same -o still applies.
         self.assertEqual(st["idle_timeout"], "30")

@@ -930,6 +930,24 @@ START_TEST(test_stat)
     ck_assert_int_eq(feed(&b), PROTO_OK);
     res_ok(&w, OP_STAT, 0);
     expect_out(&w);
+
+    /* stats detail, as memcached's binary test drives it */
+    req(&b, OP_STAT, NULL, 0, "detail on", NULL, 0);
+    ck_assert_int_eq(feed(&b), PROTO_OK);
+    res_ok(&w, OP_STAT, 0);
+    expect_out(&w);
+    req(&b, OP_STAT, NULL, 0, "detail dump", NULL, 0);
+    ck_assert_int_eq(feed(&b), PROTO_OK);
+    res(&w, OP_STAT, ST_OK, 0, NULL, 0, NULL, 0, "END\r\n", 5);
+    expect_out(&w);
+    req(&b, OP_STAT, NULL, 0, "detail off", NULL, 0);
+    ck_assert_int_eq(feed(&b), PROTO_OK);
+    res_ok(&w, OP_STAT, 0);
+    expect_out(&w);
+    req(&b, OP_STAT, NULL, 0, "detail sideways", NULL, 0);
+    ck_assert_int_eq(feed(&b), PROTO_OK);
+    res_err(&w, OP_STAT, ST_ENOENT);
+    expect_out(&w);
     b_free(&b);
     b_free(&w);
 }

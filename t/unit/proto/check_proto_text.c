@@ -592,10 +592,11 @@ START_TEST(test_stats)
            "PREFIX bar get 0 hit 0 set 1 del 0\r\nEND\r\n");
     EXPECT("stats detail off\r\n", "OK\r\n");
     EXPECT("get foo:123\r\n", "END\r\n");
-    /* off stops counting; the counts stay */
+    /* off stops counting; the counts stay until stats reset */
     EXPECT("stats detail dump\r\n",
            "PREFIX foo get 2 hit 1 set 1 del 1\r\n"
            "PREFIX bar get 0 hit 0 set 1 del 0\r\nEND\r\n");
+    EXPECT("stats reset\r\nstats detail dump\r\n", "RESET\r\nEND\r\n");
     size_t n;
     char *got = run_n("stats\r\n", 7, &n);
     ck_assert_msg(n > 10 && memcmp(got, "STAT ", 5) == 0 &&
