@@ -216,7 +216,7 @@ static void emit_general(stats_emit_fn emit, void *arg)
     }
     emit_u64(emit, arg, "bytes_read", t.bytes_read);
     emit_u64(emit, arg, "bytes_written", t.bytes_written);
-    emit_u64(emit, arg, "limit_maxbytes", reg.opts ? reg.opts->maxbytes : 0);
+    emit_u64(emit, arg, "limit_maxbytes", ss.limit_maxbytes);
     emit_u64(emit, arg, "accepting_conns", STATS_CONN_GET(accepting_conns));
     emit_u64(emit, arg, "listen_disabled_num",
              STATS_CONN_GET(listen_disabled_num));
@@ -452,10 +452,32 @@ static void emit_conns(stats_emit_fn emit, void *arg)
 
 /* ------------------------------------------------------------- groups */
 
+/* options_emit's lines, with maxbytes as the store has it now. */
+struct settings_sink {
+    stats_emit_fn emit;
+    void *arg;
+};
+
+static void settings_line(void *arg, const char *name, const char *value)
+{
+    struct settings_sink *k = arg;
+
+    if (strcmp(name, "maxbytes") == 0) {
+        /* cache_memlimit changes the limit at run time */
+        store_stats ss;
+        store_view(&ss);
+        emit_u64(k->emit, k->arg, name, ss.limit_maxbytes);
+        return;
+    }
+    k->emit(k->arg, name, value);
+}
+
 static void emit_settings(stats_emit_fn emit, void *arg)
 {
+    struct settings_sink k = {emit, arg};
+
     if (reg.opts != NULL) {
-        options_emit(reg.opts, emit, arg);
+        options_emit(reg.opts, settings_line, &k);
     }
 }
 

@@ -315,6 +315,18 @@ class MemcachedCommandLine(unittest.TestCase):
             self.assertEqual(srv.request(b"get key0\r\n", b"END\r\n"),
                              b"VALUE key0 0 1000\r\n" + value + b"\r\nEND\r\n")
 
+    def test_cache_memlimit_shows_in_settings(self):
+        # As memcached (its dyn-maxbytes test): the new limit is what
+        # stats settings and stats report.
+        with Server(["-m", "64"]) as srv:
+            self.assertEqual(srv.stats("settings")["maxbytes"],
+                             str(64 << 20))
+            self.assertEqual(srv.request(b"cache_memlimit 100\r\n"),
+                             b"OK\r\n")
+            self.assertEqual(srv.stats("settings")["maxbytes"],
+                             str(100 << 20))
+            self.assertEqual(srv.stats()["limit_maxbytes"], str(100 << 20))
+
     def test_user_drops_privileges(self):
         # -u: once its port is bound, a daemon started as root runs as the
         # user; started as anyone else it stays who it is.
