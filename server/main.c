@@ -800,7 +800,11 @@ static void start(void)
     so.node_id = (uint32_t)d.opts.node_id;
     so.memory_limit = (size_t)d.opts.maxbytes;
     so.item_size_max = (size_t)d.opts.item_size_max;
-    so.tombstone_grace = (uint32_t)d.opts.tombstone_grace;
+    /* Without replication there is nothing to reconcile: deletes remove
+     * the key outright and an expired value goes at the next sweep, as in
+     * memcached, instead of staying tombstone_grace seconds. */
+    so.tombstone_grace =
+        d.opts.repl_port != 0 ? (uint32_t)d.opts.tombstone_grace : 0;
     so.no_evict = !d.opts.evictions;
     /* Records of evicted values exist for peers to agree with: a node
      * without replication evicts like memcached, leaving nothing. */

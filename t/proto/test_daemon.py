@@ -195,6 +195,27 @@ class LongLines(unittest.TestCase):
             s.close()
 
 
+class LoneNode(unittest.TestCase):
+    def test_expired_reclaimed_and_deletes_leave_nothing(self):
+        # Without replication there is nothing to reconcile: an expired
+        # value is reclaimed by the sweep without being read (memcached's
+        # lru-maintainer test expects as much), and a delete leaves no
+        # tombstone.
+        with Server() as srv:
+            for i in range(10):
+                self.assertEqual(srv.request(b"set e%d 0 1 1\r\nv\r\n" % i),
+                                 b"STORED\r\n")
+            self.assertEqual(srv.request(b"set d 0 0 1\r\nv\r\n"),
+                             b"STORED\r\n")
+            self.assertEqual(srv.request(b"delete d\r\n"), b"DELETED\r\n")
+            self.assertEqual(srv.stats()["tombstones"], "0")
+            ok = wait_for(lambda: srv.stats()["curr_items"] == "0", 10.0)
+            st = srv.stats()
+            self.assertTrue(ok, st)
+            self.assertEqual(st["reclaimed"], "10")
+            self.assertEqual(st["mutations"], "0")
+
+
 class PortFile(unittest.TestCase):
     def test_port_file_names_the_bound_port(self):
         # MEMCACHED_PORT_FILENAME, as memcached: tools that start the daemon
