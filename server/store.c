@@ -524,6 +524,19 @@ static inline uint64_t bucket_hash(const uint64_t sec[2], uint64_t gid)
     return mum(mum(gid ^ sec[0], K1 ^ sec[1]), K3);
 }
 
+/* A key's two hashes: cluster-wide gid, and this table's bucket hash. */
+struct kh {
+    uint64_t gid, h;
+};
+
+static inline struct kh key_kh(const store *s, const char *key, size_t nkey)
+{
+    struct kh k;
+    k.gid = key_gid(key, nkey);
+    k.h = bucket_hash(s->seed, k.gid);
+    return k;
+}
+
 static inline uint64_t splitmix(uint64_t *x)
 {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
@@ -1206,26 +1219,40 @@ static void account_unlink(store *s, store_item *it)
 
 /* ============================================================= apply */
 
-/*
- * Takes the item at *pp out of key table, set and sketch and drops the
- * table's reference. Caller holds sp->lock.
- */
-static void do_unlink(store *s, struct stripe *sp, store_item **pp)
+/* An item that left the key table: accounting, and the table's
+ * reference dropped. */
+static void item_retire(store *s, store_item *it)
+{
+    atomic_fetch_and_explicit(&it->abits, (uint8_t)~LINKED, RELAXED);
+    account_unlink(s, it);
+    store_item_release(it);
+}
+
+/* Takes the item at *pp out of the key table only (the set is the
+ * caller's business) and retires it. Caller holds sp->lock. */
+static void chain_unlink(store *s, struct stripe *sp, store_item **pp)
 {
     store_item *it = *pp;
 
     *pp = it->hnext;
     it->hnext = NULL;
     sp->count--;
-    set_remove(s, it);
-    atomic_fetch_and_explicit(&it->abits, (uint8_t)~LINKED, RELAXED);
-    account_unlink(s, it);
-    store_item_release(it);
+    item_retire(s, it);
+}
+
+/*
+ * Takes the item at *pp out of key table, set and sketch and drops the
+ * table's reference. Caller holds sp->lock.
+ */
+static void do_unlink(store *s, struct stripe *sp, store_item **pp)
+{
+    set_remove(s, *pp);
+    chain_unlink(s, sp, pp);
 }
 
 /*
  * The one place where versions are compared and the set changes. Caller
- * holds sp->lock (sp is it's stripe, h its key's bucket_hash); `it` is a
+ * holds sp->lock (sp is its stripe, k its key's hashes); `it` is a
  * complete, unlinked item with the caller's reference.
  *
  * Returns APPLY_LINKED when it became the key's current mutation: the
@@ -1240,13 +1267,13 @@ static void do_unlink(store *s, struct stripe *sp, store_item **pp)
  * shares, and an overwrite swaps the old id for the new one in one
  * interleaved sketch walk (riblt_sketch_replace_hashed) rather than two.
  */
-static int do_store_apply(store *s, struct stripe *sp, uint64_t h,
+static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
                           store_item *it, const tnow *t)
 {
-    store_item **pp = stripe_slot(sp, h, it->data, it->nkey);
+    store_item **pp = stripe_slot(sp, k->h, it->data, it->nkey);
     store_item *cur = *pp;
     store_version nv = item_version(it);
-    uint64_t gid = key_gid(it->data, it->nkey);
+    uint64_t gid = k->gid;
     evrec_entry re;
     bool rec = false; /* cur is NULL and re is the gid's record (rec_lock) */
 
@@ -1320,9 +1347,7 @@ static int do_store_apply(store *s, struct stripe *sp, uint64_t h,
             clock_catch_up(s, it->flush_at);
     }
     if (cur != NULL) {
-        atomic_fetch_and_explicit(&cur->abits, (uint8_t)~LINKED, RELAXED);
-        account_unlink(s, cur);
-        store_item_release(cur);
+        item_retire(s, cur);
     } else if (sp->count > (sp->mask + 1) + (sp->mask + 1) / 2) {
         stripe_grow(s, sp);
     }
@@ -1402,9 +1427,7 @@ static void evict_at(store *s, struct stripe *sp, uint64_t gid,
                          .exptime = victim->exptime,
                          .part = victim->part,
                          .kind = STORE_KIND_EVICTED};
-        *pp = victim->hnext;
-        victim->hnext = NULL;
-        sp->count--;
+        /* The same id stays in the set, now as a record: no sketch change. */
         pthread_mutex_lock(&s->rec_lock);
         pthread_mutex_lock(&s->set_lock);
         part_count(s, victim, -1);
@@ -1412,9 +1435,7 @@ static void evict_at(store *s, struct stripe *sp, uint64_t gid,
         pthread_mutex_unlock(&s->set_lock);
         rec_put(s, &e, t, note);
         pthread_mutex_unlock(&s->rec_lock);
-        atomic_fetch_and_explicit(&victim->abits, (uint8_t)~LINKED, RELAXED);
-        account_unlink(s, victim);
-        store_item_release(victim);
+        chain_unlink(s, sp, pp);
     }
     if (expired) {
         COUNT_ADD(s, reclaimed, 1);
@@ -1743,19 +1764,6 @@ static inline bool key_ok(const char *key, size_t nkey)
     return key != NULL && nkey >= 1 && nkey <= KEY_MAX;
 }
 
-/* A key's two hashes: cluster-wide gid, and this table's bucket hash. */
-struct kh {
-    uint64_t gid, h;
-};
-
-static inline struct kh key_kh(const store *s, const char *key, size_t nkey)
-{
-    struct kh k;
-    k.gid = key_gid(key, nkey);
-    k.h = bucket_hash(s->seed, k.gid);
-    return k;
-}
-
 /*
  * Stamps a local item with a fresh id and version and applies it (caller
  * holds sp->lock). The cas is fresh (derived from the id) when keep_cas is
@@ -1780,7 +1788,7 @@ static int commit_local(store *s, struct stripe *sp, const struct kh *k,
     }
     if (atomic_load_explicit(&it->atime, RELAXED) == 0)
         atomic_init(&it->atime, (uint32_t)t->s);
-    r = do_store_apply(s, sp, k->h, it, t);
+    r = do_store_apply(s, sp, k, it, t);
     if (r == APPLY_STALE) {
         store_item_release(it);
         return r;
@@ -2393,7 +2401,7 @@ int store_flush_all(store *s, uint32_t delay)
     if (it->ticks > t.peek)
         t.peek = it->ticks;
     atomic_init(&it->atime, (uint32_t)t.s);
-    r = do_store_apply(s, sp, k.h, it, &t);
+    r = do_store_apply(s, sp, &k, it, &t);
     if (r == APPLY_LINKED && s->listener != NULL) {
         store_item_ref(it);
         note = it;
@@ -2557,7 +2565,7 @@ int store_apply(store *s, const store_mutation *m)
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
     atomic_init(&it->atime, (uint32_t)t.s);
-    r = do_store_apply(s, sp, k.h, it, &t);
+    r = do_store_apply(s, sp, &k, it, &t);
     if (r == APPLY_LINKED && s->listener != NULL) {
         store_item_ref(it);
         note = it;
