@@ -2,10 +2,10 @@
  * repl_link.h -- one authenticated, framed connection between two nodes
  * (or a node and a registry) over a libevent bufferevent.
  *
- * The peer channel (repl.c) and the registry channel (registry.c) both run
- * on links. A link owns its bufferevent, the handshake (HELLO / CHALLENGE /
- * PROOF / ACCEPT with the cluster secret, repl_wire.h), the sequence
- * numbers of both directions, the frame reader (the length is checked
+ * The peer channel (repl_conn.c) and the registry channel (registry.c)
+ * both run on links. A link owns its bufferevent, the handshake (HELLO /
+ * CHALLENGE / PROOF / ACCEPT with the cluster secret, repl_wire.h), the
+ * sequence numbers of both directions, the frame reader (the length is checked
  * against a cap before a byte of payload is buffered: 64 bytes during the
  * handshake, the caller's cap after it), sending, the pause of reading
  * while the output is too far behind, closing once the output is sent,

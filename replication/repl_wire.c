@@ -1,6 +1,6 @@
 /*
- * repl_wire.c -- framing, authentication and mutation records of the peer
- * channel (see repl_wire.h for the formats).
+ * repl_wire.c -- framing, authentication, mutation records and message
+ * bodies of the peer channel (see repl_wire.h for the formats).
  */
 #include "repl_wire.h"
 
@@ -273,4 +273,108 @@ long repl_wire_get_mutation(const uint8_t *buf, size_t len, size_t max_value,
     m->key = (const char *)buf + REPL_WIRE_MUT_FIXED;
     m->value = (const char *)buf + REPL_WIRE_MUT_FIXED + m->nkey;
     return (long)need;
+}
+
+/* ====================================================== message bodies */
+
+size_t repl_wire_put_mutations_head(uint8_t *out, uint8_t flags,
+                                    uint32_t count)
+{
+    out[0] = flags;
+    repl_wire_put_u32(out + 1, count);
+    return REPL_WIRE_MUT_HEADER;
+}
+
+int repl_wire_get_mutations_head(const uint8_t *p, size_t len, uint8_t *flags,
+                                 uint32_t *count)
+{
+    if (len < REPL_WIRE_MUT_HEADER)
+        return REPL_WIRE_ERR_FORMAT;
+    *flags = p[0];
+    *count = repl_wire_get_u32(p + 1);
+    return REPL_WIRE_OK;
+}
+
+size_t repl_wire_put_symbols_req(uint8_t *out, uint64_t offset, uint32_t count)
+{
+    repl_wire_put_u64(out, offset);
+    repl_wire_put_u32(out + 8, count);
+    return REPL_WIRE_SYMBOLS_REQ_FIXED;
+}
+
+int repl_wire_get_symbols_req(const uint8_t *p, size_t len,
+                              repl_wire_symbols_req *out)
+{
+    if (len < REPL_WIRE_SYMBOLS_REQ_FIXED)
+        return REPL_WIRE_ERR_FORMAT;
+    out->offset = repl_wire_get_u64(p);
+    out->count = repl_wire_get_u32(p + 8);
+    out->rest = p + REPL_WIRE_SYMBOLS_REQ_FIXED;
+    out->nrest = len - REPL_WIRE_SYMBOLS_REQ_FIXED;
+    return REPL_WIRE_OK;
+}
+
+size_t repl_wire_put_ring_part(uint8_t *out, uint64_t fingerprint,
+                               const uint32_t *parts, size_t nparts,
+                               size_t nbitmap)
+{
+    repl_wire_put_u64(out, fingerprint);
+    uint8_t *bm = out + 8;
+    memset(bm, 0, nbitmap);
+    for (size_t i = 0; i < nparts; i++)
+        if (parts[i] / 8 < nbitmap)
+            bm[parts[i] / 8] |= (uint8_t)(1u << (parts[i] % 8));
+    return 8 + nbitmap;
+}
+
+int repl_wire_get_ring_part(const uint8_t *p, size_t len, size_t nbitmap,
+                            uint64_t *fingerprint, const uint8_t **bitmap)
+{
+    if (len != 8 + nbitmap)
+        return REPL_WIRE_ERR_FORMAT;
+    *fingerprint = repl_wire_get_u64(p);
+    *bitmap = p + 8;
+    return REPL_WIRE_OK;
+}
+
+size_t repl_wire_put_symbols_head(uint8_t *out, uint64_t offset,
+                                  int64_t set_size)
+{
+    repl_wire_put_u64(out, offset);
+    repl_wire_put_u64(out + 8, (uint64_t)set_size);
+    return REPL_WIRE_SYMBOLS_FIXED;
+}
+
+int repl_wire_get_symbols(const uint8_t *p, size_t len, repl_wire_symbols *out)
+{
+    if (len < REPL_WIRE_SYMBOLS_FIXED ||
+        (len - REPL_WIRE_SYMBOLS_FIXED) % RIBLT_SYMBOL_WIRE_SIZE != 0)
+        return REPL_WIRE_ERR_FORMAT;
+    out->offset = repl_wire_get_u64(p);
+    out->set_size = (int64_t)repl_wire_get_u64(p + 8);
+    out->symbols = p + REPL_WIRE_SYMBOLS_FIXED;
+    out->n = (len - REPL_WIRE_SYMBOLS_FIXED) / RIBLT_SYMBOL_WIRE_SIZE;
+    return REPL_WIRE_OK;
+}
+
+size_t repl_wire_put_info(uint8_t *out, const repl_wire_info *in)
+{
+    repl_wire_put_u32(out, in->weight);
+    repl_wire_put_u32(out + 4, in->partitions);
+    repl_wire_put_u32(out + 8, in->replicas);
+    if (in->naddr)
+        memcpy(out + REPL_WIRE_INFO_FIXED, in->addr, in->naddr);
+    return REPL_WIRE_INFO_FIXED + in->naddr;
+}
+
+int repl_wire_get_info(const uint8_t *p, size_t len, repl_wire_info *out)
+{
+    if (len < REPL_WIRE_INFO_FIXED)
+        return REPL_WIRE_ERR_FORMAT;
+    out->weight = repl_wire_get_u32(p);
+    out->partitions = repl_wire_get_u32(p + 4);
+    out->replicas = repl_wire_get_u32(p + 8);
+    out->addr = (const char *)p + REPL_WIRE_INFO_FIXED;
+    out->naddr = len - REPL_WIRE_INFO_FIXED;
+    return REPL_WIRE_OK;
 }

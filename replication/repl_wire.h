@@ -1,6 +1,6 @@
 /*
- * repl_wire.h -- the peer channel's wire format: authenticated frames and
- * the records they carry.
+ * repl_wire.h -- the peer channel's wire format: authenticated frames, the
+ * records they carry and the bodies of the round messages.
  *
  * A peer connection starts with a challenge-response handshake proving both
  * sides know the cluster secret (HMAC-SHA256, OpenSSL's libcrypto), which
@@ -50,13 +50,16 @@ enum repl_msg {
     REPL_MSG_CHALLENGE = 2,    /* node id, nonce (unauthenticated, tag zero) */
     REPL_MSG_PROOF = 3,        /* client proof (first authenticated frame) */
     REPL_MSG_ACCEPT = 4,       /* server proof */
-    REPL_MSG_SYMBOLS_REQ = 10, /* offset u64, count u32 */
+    REPL_MSG_SYMBOLS_REQ = 10, /* offset u64, count u32, [ring part] */
     REPL_MSG_SYMBOLS = 11,     /* offset u64, set size i64, symbols */
     REPL_MSG_FETCH = 12,       /* mutation ids wanted */
-    REPL_MSG_MUTATIONS = 13,   /* mutation records (answer or push) */
+    REPL_MSG_MUTATIONS = 13,   /* flags u8, count u32, mutation records */
     REPL_MSG_DONE = 14,        /* round finished (stats), no payload */
-    REPL_MSG_ERROR = 15,       /* u32 code, text */
-    /* 16 is the bulk request, private to repl.c. */
+    REPL_MSG_ERROR = 15,       /* u32 code (REPL_ERROR_*), text */
+    /* Every id of the partitions of the round just begun; no payload. */
+    REPL_MSG_BULK_REQ = 16,
+    /* Sent by both sides once a link is ready (repl_wire_info). */
+    REPL_MSG_INFO = 17,
     /* Liveness, on the peer channel and on the registry channel. */
     REPL_MSG_PING = 20, /* token u64: answer PONG with the same token */
     REPL_MSG_PONG = 21, /* token u64 */
@@ -165,6 +168,115 @@ long repl_wire_put_mutation(uint8_t *out, size_t cap, const store_mutation *m);
  */
 long repl_wire_get_mutation(const uint8_t *buf, size_t len, size_t max_value,
                             store_mutation *m);
+
+/* ---------------------------------------------------- message bodies */
+
+/*
+ * The bodies of the round messages. Each get function checks only the
+ * layout (lengths) and returns REPL_WIRE_OK or REPL_WIRE_ERR_FORMAT; the
+ * bounds that depend on the node (caps, its ring) are the caller's. The
+ * pointers a get function fills borrow from its input. Each put function
+ * writes at out, which the caller has sized (no check), and returns the
+ * bytes written.
+ */
+
+/* ERROR codes. */
+#define REPL_ERROR_GENERIC 1
+/* The ring fingerprints or partition lists disagree: the round fails, the
+ * link stays. */
+#define REPL_ERROR_RING 2
+
+/* MUTATIONS flags (the first byte of the frame). */
+/* The last frame answering a FETCH or a bulk request. */
+#define REPL_MUT_FINAL 1
+/* Unsolicited: eager push, or a round's local-only ids. */
+#define REPL_MUT_PUSH 2
+/* Part of a bulk transfer. */
+#define REPL_MUT_BULK 4
+
+/* MUTATIONS: flags u8 | count u32 | count records (repl_wire_put_mutation). */
+#define REPL_WIRE_MUT_HEADER 5
+
+size_t repl_wire_put_mutations_head(uint8_t *out, uint8_t flags,
+                                    uint32_t count);
+
+/* Reads the header; the records follow at REPL_WIRE_MUT_HEADER. */
+int repl_wire_get_mutations_head(const uint8_t *p, size_t len, uint8_t *flags,
+                                 uint32_t *count);
+
+/*
+ * SYMBOLS_REQ: offset u64 | count u32, then the ring part on the request
+ * that opens a round (offset 0) between partitioned nodes:
+ *   ring fingerprint u64 | bitmap of the round's partitions
+ * where the bitmap has nbitmap = (P + 1 + 7) / 8 bytes and bit p (byte
+ * p / 8, bit p % 8) stands for partition p, P being the global one.
+ */
+#define REPL_WIRE_SYMBOLS_REQ_FIXED 12
+
+typedef struct repl_wire_symbols_req {
+    uint64_t offset;
+    uint32_t count;
+    const uint8_t *rest; /* what follows the fixed part (the ring part) */
+    size_t nrest;
+} repl_wire_symbols_req;
+
+size_t repl_wire_put_symbols_req(uint8_t *out, uint64_t offset,
+                                 uint32_t count);
+int repl_wire_get_symbols_req(const uint8_t *p, size_t len,
+                              repl_wire_symbols_req *out);
+
+/*
+ * Writes the ring part (8 + nbitmap bytes) with the bits of the nparts
+ * partitions listed set; a partition past the bitmap is left out. Returns
+ * 8 + nbitmap.
+ */
+size_t repl_wire_put_ring_part(uint8_t *out, uint64_t fingerprint,
+                               const uint32_t *parts, size_t nparts,
+                               size_t nbitmap);
+
+/* Reads a ring part, which must be exactly 8 + nbitmap bytes. */
+int repl_wire_get_ring_part(const uint8_t *p, size_t len, size_t nbitmap,
+                            uint64_t *fingerprint, const uint8_t **bitmap);
+
+/*
+ * SYMBOLS: offset u64 | set size i64 | n coded symbols of
+ * RIBLT_SYMBOL_WIRE_SIZE bytes (riblt_symbols_encode), the set size being
+ * the count of the responder's coded symbol 0.
+ */
+#define REPL_WIRE_SYMBOLS_FIXED 16
+
+typedef struct repl_wire_symbols {
+    uint64_t offset;
+    int64_t set_size;
+    const uint8_t *symbols; /* n wire symbols */
+    size_t n;
+} repl_wire_symbols;
+
+/* Writes offset and set size; the symbols go at REPL_WIRE_SYMBOLS_FIXED. */
+size_t repl_wire_put_symbols_head(uint8_t *out, uint64_t offset,
+                                  int64_t set_size);
+
+/* Reads the header; the rest must be whole symbols (n may be 0). */
+int repl_wire_get_symbols(const uint8_t *p, size_t len,
+                          repl_wire_symbols *out);
+
+/*
+ * INFO: weight u32 | partitions u32 | replicas u32 | client address
+ * ("host:port", the rest of the payload, not terminated; may be empty).
+ */
+#define REPL_WIRE_INFO_FIXED 12
+
+typedef struct repl_wire_info {
+    uint32_t weight;     /* the sender's ring weight */
+    uint32_t partitions; /* its P */
+    uint32_t replicas;   /* its R (0: full replication) */
+    const char *addr;    /* its client port, naddr bytes */
+    size_t naddr;
+} repl_wire_info;
+
+/* Writes REPL_WIRE_INFO_FIXED + in->naddr bytes; returns that. */
+size_t repl_wire_put_info(uint8_t *out, const repl_wire_info *in);
+int repl_wire_get_info(const uint8_t *p, size_t len, repl_wire_info *out);
 
 /* Little-endian helpers shared by the record builders. */
 void repl_wire_put_u32(uint8_t *p, uint32_t v);

@@ -10,7 +10,10 @@
  *      built, and one byte short of it must be "need more";
  *   3. every payload (and the raw bytes) read as mutation records with
  *      repl_wire_get_mutation; each record must re-encode to the same bytes
- *      and is applied to a real store with store_apply.
+ *      and is applied to a real store with store_apply;
+ *   4. every payload (and the raw bytes) read as each round message body
+ *      (MUTATIONS header, SYMBOLS_REQ and its ring part, SYMBOLS, INFO):
+ *      a body that parses must write back to the same bytes.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -80,6 +83,113 @@ static void apply_records(store *st, const uint8_t *p, size_t len,
     }
 }
 
+/* Whether the put of a parsed body wrote back exactly its bytes. */
+static void same_bytes(const uint8_t *want, const uint8_t *got, size_t n,
+                       size_t written)
+{
+    if (written != n || memcmp(want, got, n) != 0) {
+        abort();
+    }
+}
+
+/*
+ * Reads p as each round message body. A get must succeed exactly when the
+ * layout fits, and what it read must write back to the same bytes.
+ */
+static void parse_bodies(const uint8_t *p, size_t len, uint8_t *scratch,
+                         size_t scratch_cap)
+{
+    if (len > scratch_cap) {
+        abort();
+    }
+
+    uint8_t flags;
+    uint32_t count;
+    int rc = repl_wire_get_mutations_head(p, len, &flags, &count);
+    if ((rc == REPL_WIRE_OK) != (len >= REPL_WIRE_MUT_HEADER)) {
+        abort();
+    }
+    if (rc == REPL_WIRE_OK) {
+        size_t w = repl_wire_put_mutations_head(scratch, flags, count);
+        same_bytes(p, scratch, REPL_WIRE_MUT_HEADER, w);
+    }
+
+    repl_wire_symbols_req req;
+    rc = repl_wire_get_symbols_req(p, len, &req);
+    if ((rc == REPL_WIRE_OK) != (len >= REPL_WIRE_SYMBOLS_REQ_FIXED)) {
+        abort();
+    }
+    if (rc == REPL_WIRE_OK) {
+        if (req.rest != p + REPL_WIRE_SYMBOLS_REQ_FIXED ||
+            req.nrest != len - REPL_WIRE_SYMBOLS_REQ_FIXED) {
+            abort();
+        }
+        size_t w = repl_wire_put_symbols_req(scratch, req.offset, req.count);
+        same_bytes(p, scratch, REPL_WIRE_SYMBOLS_REQ_FIXED, w);
+        /* The ring part at the size it has, and at two that it has not
+         * (1 and the bitmap of the default 1024 partitions). */
+        size_t sizes[3] = {req.nrest >= 8 ? req.nrest - 8 : 0, 1, 129};
+        for (int i = 0; i < 3; i++) {
+            size_t nbm = sizes[i];
+            uint64_t fp;
+            const uint8_t *bm;
+            rc = repl_wire_get_ring_part(req.rest, req.nrest, nbm, &fp, &bm);
+            if ((rc == REPL_WIRE_OK) != (req.nrest == 8 + nbm)) {
+                abort();
+            }
+            if (rc != REPL_WIRE_OK) {
+                continue;
+            }
+            if (bm != req.rest + 8) {
+                abort();
+            }
+            uint32_t *parts = malloc((nbm * 8 + 1) * sizeof(*parts));
+            if (parts == NULL) {
+                abort();
+            }
+            size_t nparts = 0;
+            for (uint32_t b = 0; b < (uint32_t)nbm * 8; b++) {
+                if (bm[b / 8] & (1u << (b % 8))) {
+                    parts[nparts++] = b;
+                }
+            }
+            w = repl_wire_put_ring_part(scratch, fp, parts, nparts, nbm);
+            same_bytes(req.rest, scratch, req.nrest, w);
+            free(parts);
+        }
+    }
+
+    repl_wire_symbols sy;
+    rc = repl_wire_get_symbols(p, len, &sy);
+    bool fits = len >= REPL_WIRE_SYMBOLS_FIXED &&
+                (len - REPL_WIRE_SYMBOLS_FIXED) % RIBLT_SYMBOL_WIRE_SIZE == 0;
+    if ((rc == REPL_WIRE_OK) != fits) {
+        abort();
+    }
+    if (rc == REPL_WIRE_OK) {
+        if (sy.symbols != p + REPL_WIRE_SYMBOLS_FIXED ||
+            REPL_WIRE_SYMBOLS_FIXED + sy.n * RIBLT_SYMBOL_WIRE_SIZE != len) {
+            abort();
+        }
+        size_t w = repl_wire_put_symbols_head(scratch, sy.offset, sy.set_size);
+        same_bytes(p, scratch, REPL_WIRE_SYMBOLS_FIXED, w);
+    }
+
+    repl_wire_info info;
+    rc = repl_wire_get_info(p, len, &info);
+    if ((rc == REPL_WIRE_OK) != (len >= REPL_WIRE_INFO_FIXED)) {
+        abort();
+    }
+    if (rc == REPL_WIRE_OK) {
+        if ((const uint8_t *)info.addr != p + REPL_WIRE_INFO_FIXED ||
+            info.naddr != len - REPL_WIRE_INFO_FIXED) {
+            abort();
+        }
+        size_t w = repl_wire_put_info(scratch, &info);
+        same_bytes(p, scratch, len, w);
+    }
+}
+
 /* Parses a stream of frames from buf; returns the payloads' records. */
 static void parse_stream(store *st, const uint8_t *buf, size_t len,
                          const uint8_t *key, uint64_t seq, uint8_t *scratch,
@@ -107,6 +217,7 @@ static void parse_stream(store *st, const uint8_t *buf, size_t len,
             abort();
         }
         apply_records(st, f.payload, f.length, scratch, scratch_cap);
+        parse_bodies(f.payload, f.length, scratch, scratch_cap);
         if (f.length > 5) {
             apply_records(st, f.payload + 5, f.length - 5, scratch,
                           scratch_cap);
@@ -170,8 +281,9 @@ static size_t batch(uint8_t *p, size_t cap)
 
 /*
  * The seed corpus: a handshake frame, an authenticated MUTATIONS frame
- * under the target's session key, raw records, and the input form that
- * the target itself wraps into a frame. Usage: seeds <dir>.
+ * under the target's session key, raw records, the input form that the
+ * target itself wraps into a frame, and SYMBOLS_REQ (with and without the
+ * ring part) and INFO frames. Usage: seeds <dir>.
  */
 int main(int argc, char **argv)
 {
@@ -202,6 +314,22 @@ int main(int argc, char **argv)
     n = repl_wire_build(frame, sizeof(frame), REPL_MSG_SYMBOLS_REQ, 0, req,
                         sizeof(req), fuzz_key);
     write_seed(argv[1], "symbols_req", frame, (size_t)n);
+
+    /* The request that opens a partitioned round: 1024 partitions, the
+     * round over 3, 700 and the global one. */
+    static const uint32_t parts[] = {3, 700, 1024};
+    size_t len = repl_wire_put_symbols_req(payload, 0, 1);
+    len += repl_wire_put_ring_part(payload + len, 0x5c8e6b76c3200b1aULL, parts,
+                                   3, 129);
+    n = repl_wire_build(frame, sizeof(frame), REPL_MSG_SYMBOLS_REQ, 0, payload,
+                        (uint32_t)len, fuzz_key);
+    write_seed(argv[1], "symbols_req_ring", frame, (size_t)n);
+
+    repl_wire_info info = {1, 1024, 2, "127.0.0.1:11211", 15};
+    len = repl_wire_put_info(payload, &info);
+    n = repl_wire_build(frame, sizeof(frame), REPL_MSG_INFO, 0, payload,
+                        (uint32_t)len, fuzz_key);
+    write_seed(argv[1], "info", frame, (size_t)n);
     return 0;
 }
 #else
@@ -259,6 +387,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             }
             apply_records(st, f.payload, f.length, scratch, cap);
+            parse_bodies(f.payload, f.length, scratch, cap);
             /* A truncated copy is only ever "need more". */
             rc = repl_wire_parse(frame, (size_t)w - 1, keyed ? fuzz_key : NULL,
                                  3, REPL_WIRE_MAX_PAYLOAD, &f, &used);
@@ -276,6 +405,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size > 5) {
         apply_records(st, data + 5, size - 5, scratch, cap);
     }
+
+    /* 4. The raw bytes as each message body. */
+    parse_bodies(data, size, scratch, cap);
 
     free(scratch);
     store_destroy(st);

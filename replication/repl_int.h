@@ -1,0 +1,350 @@
+/*
+ * repl_int.h -- private to the files of the replication thread (repl.c,
+ * repl_conn.c, repl_stream.c, repl_serve.c, repl_round.c, repl_push.c,
+ * repl_place.c, repl_peers.c, repl_stats.c): their shared structures,
+ * limits and counters, and the functions one of them calls in another.
+ * Nothing else includes it; the rest of the daemon sees repl.h.
+ *
+ * Threading: everything declared here runs on the replication thread's
+ * event loop, except where a declaration says otherwise (the push
+ * listener, the stats and the route run on other threads). The fields of
+ * struct repl say which lock or atomic guards what other threads read.
+ */
+#ifndef REPL_INT_H
+#define REPL_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <event2/util.h>
+
+#include "evloop.h"
+#include "registry.h"
+#include "repl.h"
+#include "repl_link.h"
+#include "repl_wire.h"
+#include "ring.h"
+#include "store.h"
+
+struct evconnlistener;
+struct event;
+struct route;
+
+/* ============================================================= limits */
+
+#define PEER_MAX 64
+#define INCOMING_MAX 256
+/*
+ * A round first asks for coded symbol 0 alone: equal sets cancel there,
+ * so a round between nodes that agree costs one symbol each way, and an
+ * idle cluster is quiet. Then 64, doubling up to BATCH_MAX.
+ */
+#define BATCH_FIRST 1
+#define BATCH_SECOND 64
+#define BATCH_MAX 4096             /* 128 KiB of symbols per frame */
+#define FETCH_IDS_MAX 16384        /* ids per FETCH frame (256 KiB) */
+#define RECORDS_FRAME (1u << 20)   /* records per MUTATIONS frame, bytes */
+#define OUT_HIGH_WATER (16u << 20) /* a peer this far behind gets no push */
+#define BULK_LOW_WATER (1u << 20)  /* refill bulk output below this */
+#define BACKOFF_MAX_MS 2000
+#define DECODER_FIRST 8192
+#define ENCODER_SPARES 2 /* encoders kept for the next rounds */
+
+/* Mutations a tick may drop from lost partitions (a call walks about 8x as
+ * many table entries; the whole drop is one pass over the table). */
+#define DROP_BUDGET 4000
+
+/* ============================================================== stats */
+
+#define REPL_PEER_COUNTERS(X)                                                 \
+    X(rounds)                                                                 \
+    X(rounds_ok)                                                              \
+    X(rounds_failed)                                                          \
+    X(bulk_transfers)                                                         \
+    X(symbols_recv)                                                           \
+    X(diffs_remote)                                                           \
+    X(diffs_local)                                                            \
+    X(mutations_fetched)                                                      \
+    X(mutations_sent)                                                         \
+    X(pushed)                                                                 \
+    X(push_dropped)                                                           \
+    X(bytes_sent)                                                             \
+    X(bytes_recv)                                                             \
+    X(connects)                                                               \
+    X(connect_failures)                                                       \
+    X(auth_failures)                                                          \
+    X(last_round_symbols)                                                     \
+    X(last_round_us)                                                          \
+    X(last_success)
+
+struct pstats {
+#define PSTATS_FIELD(n) uint64_t n;
+    REPL_PEER_COUNTERS(PSTATS_FIELD)
+#undef PSTATS_FIELD
+};
+
+#define PST_ADD(st, name, v)                                                  \
+    __atomic_fetch_add(&(st)->name, (uint64_t)(v), __ATOMIC_RELAXED)
+#define PST_SET(st, name, v)                                                  \
+    __atomic_store_n(&(st)->name, (uint64_t)(v), __ATOMIC_RELAXED)
+#define PST_GET(st, name) __atomic_load_n(&(st)->name, __ATOMIC_RELAXED)
+
+/* Counters of the serving side and of the node as a whole. */
+#define REPL_NODE_COUNTERS(X)                                                 \
+    X(served_symbol_requests)                                                 \
+    X(served_symbols)                                                         \
+    X(served_fetches)                                                         \
+    X(served_bulk)                                                            \
+    X(applied)                                                                \
+    X(stale)                                                                  \
+    X(rejected_records)                                                       \
+    X(bad_frames)                                                             \
+    X(auth_failures)                                                          \
+    X(incoming_refused)                                                       \
+    X(push_queue_dropped)                                                     \
+    X(encoder_builds)                                                         \
+    X(served_bytes_sent)                                                      \
+    X(served_bytes_recv)                                                      \
+    X(ring_changes)                                                           \
+    X(ring_mismatch)                                                          \
+    X(partitions_dropped)                                                     \
+    X(items_dropped)
+
+struct nstats {
+#define NSTATS_FIELD(n) uint64_t n;
+    REPL_NODE_COUNTERS(NSTATS_FIELD)
+#undef NSTATS_FIELD
+};
+
+/* ========================================================= structures */
+
+struct repl;
+struct peer;
+
+/* One peer connection, either direction. */
+struct conn {
+    struct repl *r;
+    repl_link *link; /* the connection itself: handshake, frames, flow */
+    bool outgoing;
+    struct peer *peer; /* outgoing: its peer; incoming: NULL */
+    /* responder: the sketch snapshot of the current round */
+    riblt_symbol *snap;
+    int64_t snap_size;
+    riblt_encoder *enc; /* the stream beyond the sketch */
+    /* responder: when the peer's current round began (0 = none) */
+    uint64_t serving_since_ns;
+    /* responder: the partitions of the current round (ring_gen: the ring
+     * they were checked against) */
+    uint32_t *parts;
+    size_t nparts;
+    uint64_t parts_gen;
+    /* responder: a bulk transfer in progress */
+    riblt_id *bulk_ids;
+    size_t bulk_n, bulk_pos;
+    struct conn *next; /* incoming list */
+};
+
+/* Initiator state of one round with a peer. */
+struct round {
+    bool active;
+    bool bulk;
+    uint64_t started_ns;
+    riblt_symbol *own; /* own sketch snapshot */
+    int64_t own_size;
+    riblt_encoder *own_enc; /* own stream beyond the sketch */
+    riblt_decoder *dec;
+    size_t dec_cap;
+    riblt_symbol *diffs; /* every difference symbol, to refeed a bigger
+                            decoder */
+    size_t ndiffs, diffs_cap;
+    uint64_t requested; /* offset of the outstanding SYMBOLS_REQ */
+    uint32_t batch;
+    riblt_id *wanted; /* sorted remote-only ids being fetched */
+    size_t nwanted;
+    size_t fetch_frames; /* FETCH frames not yet answered in full */
+    uint32_t *parts;     /* the partitions reconciled (ascending) */
+    size_t nparts;
+    uint64_t gen; /* the ring generation the round started under */
+};
+
+struct peer {
+    struct repl *r;
+    char name[128]; /* host:port as configured or as registered */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    bool self;
+    bool vacant;        /* a free slot (a member that left the view) */
+    bool from_registry; /* from a registry's view, not the peers list */
+    uint8_t member;     /* registry_state; static peers stay alive */
+    uint64_t incarnation;
+    uint32_t view_node; /* the member's id in the registry's view */
+    struct conn *conn;
+    bool connecting;
+    uint64_t retry_at_ns;
+    uint32_t backoff_ms;
+    uint32_t node_id; /* learned in the handshake */
+    /* What its INFO frame said (info: one arrived on this connection). */
+    bool info;
+    uint32_t weight, info_partitions, info_replicas;
+    char client[REPL_LINK_ADDR_MAX + 1];
+    struct sockaddr_storage client_addr;
+    socklen_t client_addrlen;
+    uint64_t down_since_ns; /* its connection went down (0 = up / never) */
+    /* The last round with it that succeeded: when it started, under
+     * which ring generation (hand-off of lost partitions waits on it). */
+    uint64_t ok_started_ns, ok_gen;
+    struct round round;
+    struct pstats st;
+};
+
+struct repl {
+    repl_options o;
+    char *secret;
+    char *listen;
+    store *s;
+    size_t S;    /* sketch symbols */
+    evloop loop; /* the replication thread and its event base */
+    struct evconnlistener *lis;
+    struct event *tick, *wake;
+    int wake_fd;
+    /*
+     * Slots [0, npeers); registry members come and go, a removed one
+     * leaves a vacant slot for the next. The table changes only on this
+     * thread, under plock, which repl_emit_stats takes to read it.
+     */
+    struct peer peers[PEER_MAX];
+    int npeers;
+    pthread_mutex_t plock;
+    registry_client *reg; /* NULL without registries */
+    struct conn *incoming;
+    int nincoming;
+    /* push queue: filled by worker threads, drained by this thread */
+    pthread_mutex_t qlock;
+    store_item **queue;
+    size_t qhead, qlen, qcap;
+    /* encoders kept between rounds: their memory is already mapped */
+    riblt_encoder *spare[ENCODER_SPARES];
+    int nspare;
+    /* one batch of symbols, remote and own (BATCH_MAX each) */
+    riblt_symbol *syms, *own_syms;
+    /* scratch for building one frame */
+    uint8_t *scratch;
+    size_t scratch_cap;
+    struct nstats st;
+    uint64_t rng;
+    /*
+     * Placement (replicas > 0; P == 0 means full replication and none of
+     * this is used). Partition P is the global one (flush mutations):
+     * every node owns it. owned/lost_ns/ring belong to this thread;
+     * ready and changed_ns are read and written with atomics from any
+     * thread; the published route is swapped under rlock.
+     */
+    uint32_t P;
+    ring *ring;
+    ring *prev_ring; /* the ring before the last change (NULL: none) */
+    uint64_t ring_changed_ns;
+    uint64_t ring_gen;
+    uint8_t *owned;       /* [P+1] */
+    uint8_t *ready;       /* [P+1] owned and caught up */
+    uint64_t *changed_ns; /* [P+1] last change applied here */
+    uint64_t *lost_ns;    /* [P+1] since when held but no longer owned */
+    uint64_t *gained_ns;  /* [P+1] since when owned (start-up included) */
+    uint64_t started_ns;
+    uint32_t *parts_buf; /* [P+1] scratch list */
+    bool republish;      /* a member's client address changed */
+    uint64_t last_tick_ns;
+    char advertise[REPL_LINK_ADDR_MAX + 1];
+    struct sockaddr_storage adv_addr; /* our client port, for the route */
+    socklen_t adv_len;
+    pthread_rwlock_t rlock;
+    struct route *route;
+};
+
+/* Placement arrays are written by the replication thread and read by
+ * the client threads and stats: relaxed atomics. */
+#define ALOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define ASTORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+/* Placement is on (replicas > 0); P == 0 is full replication. */
+static inline bool repl_partitioned(const struct repl *r)
+{
+    return r->P != 0;
+}
+
+/* ========================================================= repl.c */
+
+/* Monotonic clock, in ns. */
+uint64_t repl_now_ns(void);
+/* Wall clock, in s (the last_success counter). */
+uint64_t repl_wall_s(void);
+int repl_peer_parse(struct peer *p, const char *spec, size_t n, char *err,
+                    size_t nerr);
+
+/* ==================================================== repl_conn.c */
+
+bool repl_scratch_fit(struct repl *r, size_t n);
+uint8_t *repl_payload_area(struct repl *r);
+int repl_conn_send(struct conn *c, uint8_t type, uint32_t len);
+void repl_conn_free(struct conn *c);
+bool repl_put_mutation(uint8_t *buf, size_t cap, size_t *len,
+                       const store_mutation *m);
+size_t repl_send_records(struct conn *c, const riblt_id *ids, size_t n,
+                         uint8_t flags, uint8_t final_flags);
+int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
+                       const riblt_id *wanted, size_t nwanted);
+/* The peer listener's callback (evconnlistener_cb). */
+void repl_on_accept(struct evconnlistener *lis, evutil_socket_t fd,
+                    struct sockaddr *sa, int socklen, void *arg);
+void repl_peer_connect(struct repl *r, struct peer *p);
+
+/* ================================================== repl_stream.c */
+
+void repl_encoder_put(struct repl *r, riblt_encoder *enc);
+int repl_stream_symbols(struct repl *r, const riblt_symbol *snap,
+                        riblt_encoder **enc, const uint32_t *parts,
+                        size_t nparts, int64_t size, uint64_t offset,
+                        riblt_symbol *out, size_t n);
+
+/* =================================================== repl_serve.c */
+
+int repl_serve(struct conn *c, const repl_frame *f);
+void repl_bulk_continue(struct conn *c);
+bool repl_peer_serving(struct repl *r, const struct peer *p, uint64_t now);
+
+/* =================================================== repl_round.c */
+
+void repl_round_start(struct repl *r, struct peer *p);
+void repl_round_reset(struct peer *p);
+void repl_round_fail(struct peer *p, const char *why);
+int repl_on_reply(struct conn *c, const repl_frame *f);
+
+/* ==================================================== repl_push.c */
+
+/* The store listener (store_listener_fn): runs on client worker threads. */
+void repl_on_change(void *arg, store_item *it, bool origin_local);
+/* The wake event's callback: drains the push queue. */
+void repl_on_wake(evutil_socket_t fd, short what, void *arg);
+
+/* =================================================== repl_place.c */
+
+void repl_parts_mark_ready(struct repl *r, const uint32_t *parts, size_t n);
+size_t repl_round_parts(struct repl *r, uint32_t peer, uint32_t *out);
+size_t repl_parts_bitmap_size(const struct repl *r);
+void repl_ring_refresh(struct repl *r, uint64_t now);
+void repl_handoff_tick(struct repl *r, uint64_t now);
+void repl_route_free(struct route *rt);
+int repl_placement_setup(struct repl *r, char *err, size_t nerr);
+
+/* =================================================== repl_peers.c */
+
+bool repl_peer_ready(const struct peer *p);
+void repl_peer_lost(struct peer *p);
+/* The registry client's callbacks (registry_view_fn, registry_ping_fn). */
+void repl_on_view(void *arg, const registry_member *m, size_t n,
+                  const char *source);
+int repl_on_ping(void *arg, uint32_t target, uint64_t token);
+
+#endif /* REPL_INT_H */

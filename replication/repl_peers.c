@@ -1,0 +1,155 @@
+/*
+ * repl_peers.c -- the peer table: its slots, the state of a peer's
+ * outgoing connection (ready, or lost and waiting out a backoff), the
+ * registry's view of the members merged into it beside the static list,
+ * and the indirect probes the registry asks this node to make.
+ *
+ * Threading: replication thread only. The table changes under plock,
+ * which the stats reader takes to read it.
+ */
+#include "repl_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ============================================================== peers */
+
+/* Its outgoing connection is authenticated and open. */
+bool repl_peer_ready(const struct peer *p)
+{
+    return p->conn && repl_link_ready(p->conn->link);
+}
+
+/* An outgoing connection is gone: fail its round, retry after a backoff. */
+void repl_peer_lost(struct peer *p)
+{
+    if (p->round.active)
+        repl_round_fail(p, "connection closed");
+    /* Stores the stats reader may see: atomic (it only tests them). */
+    __atomic_store_n(&p->conn, NULL, __ATOMIC_RELAXED);
+    p->connecting = false;
+    if (p->down_since_ns == 0)
+        p->down_since_ns = repl_now_ns();
+    p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 50;
+    if (p->backoff_ms > BACKOFF_MAX_MS)
+        p->backoff_ms = BACKOFF_MAX_MS;
+    p->retry_at_ns = repl_now_ns() + (uint64_t)p->backoff_ms * 1000000ull;
+}
+
+/* ========================================================== membership */
+
+/* Closes a slot's connection, frees its round state and marks it vacant. */
+static void peer_release(struct repl *r, struct peer *p)
+{
+    if (p->conn)
+        repl_conn_free(p->conn);
+    repl_round_reset(p);
+    free(p->round.own);
+    free(p->round.diffs);
+    free(p->round.wanted);
+    free(p->round.parts);
+    riblt_decoder_destroy(p->round.dec);
+    memset(p, 0, sizeof(*p));
+    p->r = r;
+    p->vacant = true;
+}
+
+/* A vacant slot or a new one at the end; NULL when the table is full. */
+static struct peer *peer_slot(struct repl *r)
+{
+    for (int i = 0; i < r->npeers; i++)
+        if (r->peers[i].vacant)
+            return &r->peers[i];
+    if (r->npeers == PEER_MAX)
+        return NULL;
+    struct peer *p = &r->peers[r->npeers++];
+    memset(p, 0, sizeof(*p));
+    p->r = r;
+    p->vacant = true;
+    return p;
+}
+
+/*
+ * A registry's view (registry_view_fn): members new to it get a slot and
+ * are dialled by the next tick, a member whose address changed is dialled
+ * again, a dead one loses its connection and is left alone, and a member
+ * no longer in the view is removed. Static peers are never touched; a
+ * member that is also in the static list (same address or id) stays
+ * static.
+ */
+void repl_on_view(void *arg, const registry_member *m, size_t n,
+                  const char *source)
+{
+    struct repl *r = arg;
+    bool seen[PEER_MAX] = {false};
+    (void)source;
+    pthread_mutex_lock(&r->plock);
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].node == r->o.node_id)
+            continue;
+        struct peer *p = NULL;
+        bool is_static = false;
+        for (int j = 0; j < r->npeers; j++) {
+            struct peer *q = &r->peers[j];
+            if (q->vacant)
+                continue;
+            if (q->from_registry && q->view_node == m[i].node)
+                p = q;
+            else if (!q->from_registry && (strcmp(q->name, m[i].addr) == 0 ||
+                                           q->node_id == m[i].node))
+                is_static = true;
+        }
+        if (is_static)
+            continue;
+        if (p && strcmp(p->name, m[i].addr) != 0) {
+            peer_release(r, p);
+            p = NULL;
+        }
+        if (!p) {
+            char err[256];
+            p = peer_slot(r);
+            if (!p)
+                continue;
+            if (repl_peer_parse(p, m[i].addr, strlen(m[i].addr), err,
+                                sizeof(err)) != REPL_OK) {
+                memset(p, 0, sizeof(*p));
+                p->r = r;
+                p->vacant = true;
+                continue;
+            }
+            p->vacant = false;
+            p->from_registry = true;
+            p->view_node = m[i].node;
+            p->node_id = m[i].node;
+        }
+        seen[p - r->peers] = true;
+        p->incarnation = m[i].incarnation;
+        if (m[i].state == REGISTRY_DEAD && p->conn)
+            repl_conn_free(p->conn);
+        p->member = m[i].state;
+    }
+    for (int j = 0; j < r->npeers; j++) {
+        struct peer *q = &r->peers[j];
+        if (!q->vacant && q->from_registry && !seen[j])
+            peer_release(r, q);
+    }
+    pthread_mutex_unlock(&r->plock);
+}
+
+/*
+ * An indirect probe (registry_ping_fn): PING target over our connection
+ * to it; its PONG comes back through repl_on_reply.
+ */
+int repl_on_ping(void *arg, uint32_t target, uint64_t token)
+{
+    struct repl *r = arg;
+    for (int i = 0; i < r->npeers; i++) {
+        struct peer *p = &r->peers[i];
+        if (p->vacant || p->self || p->node_id != target ||
+            !repl_peer_ready(p))
+            continue;
+        repl_wire_put_u64(repl_payload_area(r), token);
+        return repl_conn_send(p->conn, REPL_MSG_PING, 8);
+    }
+    return -1;
+}

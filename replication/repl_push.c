@@ -1,0 +1,137 @@
+/*
+ * repl_push.c -- eager push: the store's listener queues every write a
+ * client made here, and the replication thread sends what is queued to the
+ * ready peers in MUTATIONS frames, batched (to each peer, when
+ * partitioned, only the writes of the partitions it owns). A full queue
+ * drops the write and leaves the repair to the rounds; so does a peer
+ * whose connection is too far behind.
+ *
+ * Threading: repl_on_change runs on client worker threads; it touches
+ * only the push queue, under qlock, and changed_ns, with relaxed atomics.
+ * Everything else here runs on the replication thread.
+ */
+#include "repl_int.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+/* ========================================================== eager push */
+
+/* Store listener: runs on client worker threads. */
+void repl_on_change(void *arg, store_item *it, bool origin_local)
+{
+    struct repl *r = arg;
+    if (repl_partitioned(r)) {
+        uint32_t p = store_item_partition(it);
+        if (p <= r->P)
+            ASTORE(r->changed_ns[p], repl_now_ns());
+    }
+    if (!origin_local) {
+        store_item_release(it);
+        return;
+    }
+    bool wake = false;
+    pthread_mutex_lock(&r->qlock);
+    if (r->qlen == r->qcap) {
+        pthread_mutex_unlock(&r->qlock);
+        store_item_release(it);
+        PST_ADD(&r->st, push_queue_dropped, 1);
+        return;
+    }
+    r->queue[(r->qhead + r->qlen) % r->qcap] = it;
+    wake = r->qlen++ == 0;
+    pthread_mutex_unlock(&r->qlock);
+    if (wake) {
+        uint64_t one = 1;
+        ssize_t n = write(r->wake_fd, &one, sizeof(one));
+        (void)n; /* a full counter already means "wake up" */
+    }
+}
+
+/*
+ * Sends one MUTATIONS frame (at repl_payload_area) to every ready peer, or
+ * only to `only` when it is not NULL.
+ */
+static void push_frame(struct repl *r, size_t len, uint32_t count,
+                       struct peer *only)
+{
+    for (int i = 0; i < r->npeers; i++) {
+        struct peer *p = &r->peers[i];
+        if (!repl_peer_ready(p) || (only && p != only))
+            continue;
+        if (repl_link_output_length(p->conn->link) > OUT_HIGH_WATER) {
+            PST_ADD(&p->st, push_dropped, count);
+            continue;
+        }
+        uint8_t *q = repl_payload_area(r);
+        repl_wire_put_mutations_head(q, REPL_MUT_PUSH, count);
+        repl_conn_send(p->conn, REPL_MSG_MUTATIONS, (uint32_t)len);
+        PST_ADD(&p->st, pushed, count);
+    }
+}
+
+/*
+ * Pushes a batch of fresh writes: to every peer (only NULL), or to one
+ * peer, the items of partitions it owns (and the global one).
+ */
+static void push_batch(struct repl *r, store_item **batch, size_t n,
+                       struct peer *only)
+{
+    size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
+    uint8_t *q = repl_payload_area(r);
+    size_t len = REPL_WIRE_MUT_HEADER;
+    uint32_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (only) {
+            uint32_t p = store_item_partition(batch[i]);
+            if (p < r->P && !ring_is_owner(r->ring, p, only->node_id))
+                continue;
+        }
+        if (len + REPL_WIRE_MUT_FIXED + 250 + r->o.item_size_max > cap) {
+            push_frame(r, len, count, only);
+            len = REPL_WIRE_MUT_HEADER;
+            count = 0;
+        }
+        store_mutation m;
+        store_item_mutation(batch[i], &m);
+        if (repl_put_mutation(q, cap, &len, &m))
+            count++;
+    }
+    if (count)
+        push_frame(r, len, count, only);
+}
+
+void repl_on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    struct repl *r = arg;
+    (void)what;
+    uint64_t v;
+    ssize_t rn = read(fd, &v, sizeof(v));
+    (void)rn;
+    size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
+    if (!repl_scratch_fit(r, cap))
+        return;
+    for (;;) {
+        store_item *batch[512];
+        size_t n = 0;
+        pthread_mutex_lock(&r->qlock);
+        while (n < 512 && r->qlen > 0) {
+            batch[n++] = r->queue[r->qhead];
+            r->qhead = (r->qhead + 1) % r->qcap;
+            r->qlen--;
+        }
+        pthread_mutex_unlock(&r->qlock);
+        if (n == 0)
+            return;
+        if (!repl_partitioned(r)) {
+            push_batch(r, batch, n, NULL);
+        } else {
+            /* Each peer gets the writes of the partitions it owns. */
+            for (int i = 0; i < r->npeers; i++)
+                if (repl_peer_ready(&r->peers[i]))
+                    push_batch(r, batch, n, &r->peers[i]);
+        }
+        for (size_t i = 0; i < n; i++)
+            store_item_release(batch[i]);
+    }
+}

@@ -1,0 +1,355 @@
+/*
+ * repl_round.c -- the initiator: the round this node runs with one peer
+ * over its outgoing connection. It streams coded symbols from the peer,
+ * subtracts its own (repl_stream.c) and decodes the difference, pulls a
+ * bulk transfer instead when far behind, then pushes what only it holds,
+ * fetches what only the peer holds and ends the round with DONE. The
+ * peer's INFO, PONG and ERROR replies arrive here too.
+ *
+ * Threading: replication thread only. The peer's INFO is stored under
+ * plock (the stats reader and the ring rebuild read it); the counters are
+ * relaxed atomics.
+ */
+#include "repl_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ========================================================== initiator */
+
+void repl_round_reset(struct peer *p)
+{
+    struct round *rd = &p->round;
+    rd->active = false;
+    rd->bulk = false;
+    rd->ndiffs = 0;
+    rd->nwanted = 0;
+    rd->fetch_frames = 0;
+    repl_encoder_put(p->r, rd->own_enc);
+    rd->own_enc = NULL;
+    if (rd->dec)
+        riblt_decoder_reset(rd->dec);
+}
+
+void repl_round_fail(struct peer *p, const char *why)
+{
+    (void)why;
+    PST_ADD(&p->st, rounds_failed, 1);
+    repl_round_reset(p);
+}
+
+static void round_done(struct peer *p)
+{
+    struct round *rd = &p->round;
+    struct repl *r = p->r;
+    PST_ADD(&p->st, rounds_ok, 1);
+    PST_SET(&p->st, last_success, repl_wall_s());
+    PST_SET(&p->st, last_round_symbols, rd->ndiffs);
+    PST_SET(&p->st, last_round_us, (repl_now_ns() - rd->started_ns) / 1000);
+    /* Under an unchanged ring, the peer now holds everything we held in
+     * these partitions when the round began (unless it was a bulk pull),
+     * and we hold everything it held. */
+    uint8_t bulk = rd->bulk ? 1 : 0;
+    if (repl_partitioned(r) && rd->gen == r->ring_gen) {
+        repl_parts_mark_ready(r, rd->parts, rd->nparts);
+        if (!bulk) {
+            p->ok_started_ns = rd->started_ns;
+            p->ok_gen = rd->gen;
+        }
+    }
+    repl_round_reset(p);
+    if (p->conn) {
+        *repl_payload_area(r) = bulk;
+        repl_conn_send(p->conn, REPL_MSG_DONE, 1);
+    }
+}
+
+/*
+ * Asks for symbols [offset, offset + count). The request that opens a
+ * round (offset 0) also carries, when partitioned, our ring fingerprint
+ * and the bitmap of the round's partitions.
+ */
+static int request_symbols(struct peer *p, uint64_t offset, uint32_t count)
+{
+    struct conn *c = p->conn;
+    struct repl *r = c->r;
+    bool ring_part = offset == 0 && repl_partitioned(r);
+    size_t nbm = ring_part ? repl_parts_bitmap_size(r) : 0;
+    if (ring_part &&
+        !repl_scratch_fit(r, REPL_WIRE_SYMBOLS_REQ_FIXED + 8 + nbm))
+        return -1;
+    uint8_t *q = repl_payload_area(r);
+    size_t len = repl_wire_put_symbols_req(q, offset, count);
+    if (ring_part)
+        len += repl_wire_put_ring_part(q + len, ring_fingerprint(r->ring),
+                                       p->round.parts, p->round.nparts, nbm);
+    p->round.requested = offset;
+    return repl_conn_send(c, REPL_MSG_SYMBOLS_REQ, (uint32_t)len);
+}
+
+void repl_round_start(struct repl *r, struct peer *p)
+{
+    struct round *rd = &p->round;
+    if (!rd->own && !(rd->own = malloc(r->S * sizeof(riblt_symbol))))
+        return;
+    if (!rd->parts &&
+        !(rd->parts = malloc(((size_t)r->P + 1) * sizeof(*rd->parts))))
+        return;
+    repl_round_reset(p);
+    /* The start time is taken before the snapshot: a change to a
+     * partition later than it may be missing from this round. */
+    rd->started_ns = repl_now_ns();
+    rd->gen = r->ring_gen;
+    rd->nparts = repl_round_parts(r, p->node_id, rd->parts);
+    if (store_sketch_read_parts(r->s, rd->parts, rd->nparts, 0, rd->own, r->S,
+                                &rd->own_size) != STORE_OK)
+        return;
+    rd->active = true;
+    rd->batch = BATCH_FIRST;
+    PST_ADD(&p->st, rounds, 1);
+    if (request_symbols(p, 0, rd->batch) != 0)
+        repl_round_fail(p, "send failed");
+}
+
+/* Grows the decoder, refeeding every difference symbol received so far. */
+static int decoder_grow(struct repl *r, struct round *rd)
+{
+    size_t cap = rd->dec_cap ? rd->dec_cap * 4 : DECODER_FIRST;
+    if (cap > r->o.max_symbols)
+        cap = r->o.max_symbols;
+    if (cap <= rd->dec_cap)
+        return -1;
+    riblt_decoder *d = riblt_decoder_create(cap);
+    if (!d)
+        return -1;
+    for (size_t i = 0; i < rd->ndiffs; i++)
+        riblt_decoder_add_diff(d, &rd->diffs[i]);
+    riblt_decoder_destroy(rd->dec);
+    rd->dec = d;
+    rd->dec_cap = cap;
+    return 0;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    return memcmp(a, b, sizeof(riblt_id));
+}
+
+/*
+ * The decoder finished: push what only we hold, fetch what only the peer
+ * holds. Ids are checked against our journal first (invariant 7).
+ */
+static int round_exchange(struct repl *r, struct peer *p)
+{
+    struct round *rd = &p->round;
+    size_t nr, nl;
+    const riblt_id *remote = riblt_decoder_remote(rd->dec, &nr);
+    const riblt_id *local = riblt_decoder_local(rd->dec, &nl);
+    PST_ADD(&p->st, diffs_remote, nr);
+    PST_ADD(&p->st, diffs_local, nl);
+    if (nl > 0) {
+        size_t sent = repl_send_records(p->conn, local, nl, REPL_MUT_PUSH, 0);
+        PST_ADD(&p->st, mutations_sent, sent);
+    }
+    free(rd->wanted);
+    rd->wanted = malloc((nr ? nr : 1) * sizeof(riblt_id));
+    if (!rd->wanted)
+        return -1;
+    rd->nwanted = 0;
+    for (size_t i = 0; i < nr; i++)
+        if (!store_has(r->s, &remote[i]))
+            rd->wanted[rd->nwanted++] = remote[i];
+    if (rd->nwanted == 0) {
+        round_done(p);
+        return 0;
+    }
+    qsort(rd->wanted, rd->nwanted, sizeof(riblt_id), cmp_id);
+    for (size_t at = 0; at < rd->nwanted; at += FETCH_IDS_MAX) {
+        size_t k = rd->nwanted - at;
+        if (k > FETCH_IDS_MAX)
+            k = FETCH_IDS_MAX;
+        if (!repl_scratch_fit(r, k * 16))
+            return -1;
+        uint8_t *q = repl_payload_area(r);
+        for (size_t i = 0; i < k; i++)
+            riblt_id_to_bytes(&rd->wanted[at + i], q + 16 * i);
+        repl_conn_send(p->conn, REPL_MSG_FETCH, (uint32_t)(k * 16));
+        rd->fetch_frames++;
+    }
+    return 0;
+}
+
+/*
+ * A node this far behind the peer (by coded symbol 0's counts, a lower
+ * bound on the difference) pulls everything instead of streaming: an
+ * empty node, or one whose difference could not decode within the cap.
+ */
+static bool want_bulk(struct repl *r, int64_t own, int64_t remote)
+{
+    if (remote <= own)
+        return false;
+    if (own == 0)
+        return true;
+    return (uint64_t)(remote - own) * 3 / 2 > r->o.max_symbols;
+}
+
+static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
+                      size_t len)
+{
+    struct round *rd = &p->round;
+    repl_wire_symbols sy;
+    if (!rd->active || rd->bulk ||
+        repl_wire_get_symbols(q, len, &sy) != REPL_WIRE_OK)
+        return -1;
+    uint64_t offset = sy.offset;
+    int64_t rsize = sy.set_size;
+    size_t n = sy.n;
+    if (offset != rd->requested || n == 0 || n > BATCH_MAX)
+        return -1;
+    PST_ADD(&p->st, symbols_recv, n);
+    if (offset == 0 && want_bulk(r, rd->own_size, rsize)) {
+        rd->bulk = true;
+        PST_ADD(&p->st, bulk_transfers, 1);
+        return repl_conn_send(p->conn, REPL_MSG_BULK_REQ, 0);
+    }
+    if (rd->ndiffs + n > rd->diffs_cap) {
+        size_t cap = rd->diffs_cap ? rd->diffs_cap : 1024;
+        while (cap < rd->ndiffs + n)
+            cap *= 2;
+        riblt_symbol *d = realloc(rd->diffs, cap * sizeof(*d));
+        if (!d)
+            return -1;
+        rd->diffs = d;
+        rd->diffs_cap = cap;
+    }
+    riblt_symbol *remote = r->syms, *own = r->own_syms;
+    if (riblt_symbols_decode(sy.symbols, n * RIBLT_SYMBOL_WIRE_SIZE, remote,
+                             n) != (long)n ||
+        repl_stream_symbols(r, rd->own, &rd->own_enc, rd->parts, rd->nparts,
+                            rd->own_size, offset, own, n) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        riblt_symbol *d = &rd->diffs[rd->ndiffs++];
+        riblt_symbol_subtract(d, &remote[i], &own[i]);
+        int rc = rd->dec ? riblt_decoder_add_diff(rd->dec, d) : RIBLT_ERR_FULL;
+        if (rc == RIBLT_ERR_FULL) {
+            rd->ndiffs--; /* refed below with the others */
+            if (decoder_grow(r, rd) != 0)
+                return -1;
+            rd->ndiffs++;
+            rc = riblt_decoder_add_diff(rd->dec, d);
+        }
+        if (rc != RIBLT_OK)
+            return -1;
+    }
+    int rc = riblt_decoder_decode(rd->dec);
+    if (rc == RIBLT_OK)
+        return round_exchange(r, p);
+    if (rc != RIBLT_NEED_MORE)
+        return -1;
+    uint64_t next = offset + n;
+    if (next >= r->o.max_symbols)
+        return -1; /* cap reached: the next round retries */
+    rd->batch = rd->batch == BATCH_FIRST    ? BATCH_SECOND
+                : rd->batch * 2 > BATCH_MAX ? BATCH_MAX
+                                            : rd->batch * 2;
+    uint64_t count = rd->batch;
+    if (count > r->o.max_symbols - next)
+        count = r->o.max_symbols - next;
+    return request_symbols(p, next, (uint32_t)count);
+}
+
+static int on_mutations(struct repl *r, struct peer *p, const uint8_t *q,
+                        size_t len)
+{
+    struct round *rd = &p->round;
+    uint8_t flags;
+    uint32_t count;
+    if (!rd->active ||
+        repl_wire_get_mutations_head(q, len, &flags, &count) != REPL_WIRE_OK)
+        return -1;
+    int n = rd->bulk ? repl_apply_records(r, q, len, NULL, 0)
+                     : repl_apply_records(r, q, len, rd->wanted, rd->nwanted);
+    if (n < 0)
+        return -1;
+    PST_ADD(&p->st, mutations_fetched, n);
+    if (flags & REPL_MUT_FINAL) {
+        if (rd->bulk || rd->fetch_frames <= 1)
+            round_done(p);
+        else
+            rd->fetch_frames--;
+    }
+    return 0;
+}
+
+/*
+ * The INFO a dialled peer sends once the link is ready: its weight, its
+ * ring parameters and the address of its client port (where requests for
+ * its partitions are relayed). A peer whose P or R differ from ours is
+ * kept out of the ring (repl_ring_refresh).
+ */
+static int on_info(struct repl *r, struct peer *p, const uint8_t *q,
+                   size_t len)
+{
+    repl_wire_info in;
+    if (repl_wire_get_info(q, len, &in) != REPL_WIRE_OK ||
+        in.naddr > REPL_LINK_ADDR_MAX)
+        return -1;
+    if (in.weight == 0 || in.weight > RING_MAX_WEIGHT)
+        return -1;
+    char name[REPL_LINK_ADDR_MAX + 1], err[256];
+    struct sockaddr_storage ss;
+    socklen_t sl = 0;
+    memcpy(name, in.addr, in.naddr);
+    name[in.naddr] = '\0';
+    memset(&ss, 0, sizeof(ss));
+    if (in.naddr > 0 && repl_link_resolve("client", name, in.naddr, &ss, &sl,
+                                          err, sizeof(err)) != 0)
+        return -1;
+    pthread_mutex_lock(&r->plock);
+    if (!p->info || strcmp(p->client, name) != 0 || p->weight != in.weight)
+        r->republish = true;
+    p->weight = in.weight;
+    p->info_partitions = in.partitions;
+    p->info_replicas = in.replicas;
+    memcpy(p->client, name, in.naddr + 1);
+    p->client_addr = ss;
+    p->client_addrlen = sl;
+    p->info = true;
+    pthread_mutex_unlock(&r->plock);
+    return 0;
+}
+
+/* A reply on an outgoing, authenticated connection. */
+int repl_on_reply(struct conn *c, const repl_frame *f)
+{
+    struct peer *p = c->peer;
+    switch (f->type) {
+    case REPL_MSG_SYMBOLS:
+        return on_symbols(c->r, p, f->payload, f->length);
+    case REPL_MSG_MUTATIONS:
+        return on_mutations(c->r, p, f->payload, f->length);
+    case REPL_MSG_PONG:
+        if (f->length != 8)
+            return -1;
+        if (c->r->reg)
+            registry_client_pong(c->r->reg, p->node_id,
+                                 repl_wire_get_u64(f->payload));
+        return 0;
+    case REPL_MSG_ERROR:
+        /* Rings that disagree (membership still settling) fail the round
+         * and keep the connection; anything else closes it. */
+        if (f->length >= 4 &&
+            repl_wire_get_u32(f->payload) == REPL_ERROR_RING &&
+            p->round.active) {
+            PST_ADD(&c->r->st, ring_mismatch, 1);
+            repl_round_fail(p, "ring mismatch");
+            return 0;
+        }
+        return -1;
+    case REPL_MSG_INFO:
+        return on_info(c->r, p, f->payload, f->length);
+    default:
+        return -1;
+    }
+}

@@ -1,0 +1,245 @@
+/*
+ * repl_serve.c -- the responder: what a node does for the rounds its
+ * peers run against it on their incoming connections. It serves coded
+ * symbols from one sketch snapshot per round (repl_stream.c), fetches and
+ * bulk transfers of records, takes the records pushed to it, and checks
+ * that a round's partitions are ones it owns under the same ring.
+ *
+ * Threading: replication thread only.
+ */
+#include "repl_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ========================================================== responder */
+
+static void send_error(struct conn *c, uint32_t code, const char *text)
+{
+    size_t n = strlen(text);
+    if (!repl_link_ready(c->link) || !repl_scratch_fit(c->r, n + 4))
+        return;
+    uint8_t *p = repl_payload_area(c->r);
+    repl_wire_put_u32(p, code);
+    memcpy(p + 4, text, n);
+    repl_conn_send(c, REPL_MSG_ERROR, (uint32_t)(n + 4));
+}
+
+/* Collects journal ids into a growing array (store_journal_ids callback). */
+struct idvec {
+    riblt_id *v;
+    size_t n, cap;
+    bool failed;
+};
+
+static void idvec_push(void *arg, const riblt_id *id)
+{
+    struct idvec *iv = arg;
+    if (iv->failed)
+        return;
+    if (iv->n == iv->cap) {
+        size_t cap = iv->cap ? iv->cap * 2 : 1024;
+        riblt_id *v = realloc(iv->v, cap * sizeof(*v));
+        if (!v) {
+            iv->failed = true;
+            return;
+        }
+        iv->v = v;
+        iv->cap = cap;
+    }
+    iv->v[iv->n++] = *id;
+}
+
+/*
+ * The responder's side of a new round's partition list: the initiator's
+ * ring fingerprint must equal ours and every partition listed must be one
+ * we own (or the global one). Fills c->parts. Returns 0, or -1 (then a
+ * REPL_ERROR_RING error is due).
+ */
+static int parts_accept(struct conn *c, const uint8_t *q, size_t len)
+{
+    struct repl *r = c->r;
+    if (!c->parts &&
+        !(c->parts = malloc(((size_t)r->P + 1) * sizeof(*c->parts))))
+        return -1;
+    c->nparts = 0;
+    c->parts_gen = r->ring_gen;
+    if (!repl_partitioned(r)) {
+        if (len != 0)
+            return -1;
+        c->parts[c->nparts++] = 0;
+        return 0;
+    }
+    size_t nbm = repl_parts_bitmap_size(r);
+    uint64_t fingerprint;
+    const uint8_t *bm;
+    if (repl_wire_get_ring_part(q, len, nbm, &fingerprint, &bm) !=
+            REPL_WIRE_OK ||
+        fingerprint != ring_fingerprint(r->ring))
+        return -1;
+    for (uint32_t p = 0; p < (uint32_t)nbm * 8; p++) {
+        if (!(bm[p / 8] & (1u << (p % 8))))
+            continue;
+        if (p > r->P || (p < r->P && !r->owned[p]))
+            return -1;
+        c->parts[c->nparts++] = p;
+    }
+    return c->nparts > 0 ? 0 : -1;
+}
+
+static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
+{
+    struct repl *r = c->r;
+    repl_wire_symbols_req req;
+    if (repl_wire_get_symbols_req(p, len, &req) != REPL_WIRE_OK)
+        return -1;
+    uint64_t offset = req.offset;
+    uint32_t count = req.count;
+    /* Only the request that opens a round carries more (its ring part). */
+    if (count == 0 || count > BATCH_MAX || offset > r->o.max_symbols ||
+        count > r->o.max_symbols - offset || (offset != 0 && req.nrest != 0)) {
+        send_error(c, REPL_ERROR_GENERIC, "symbol request out of bounds");
+        return -1;
+    }
+    if (offset != 0 && !c->snap)
+        return -1; /* a round begins at offset 0 */
+    if (offset == 0) {
+        /* A new round: one consistent copy of the sketch serves it all. */
+        if (parts_accept(c, req.rest, req.nrest) != 0) {
+            PST_ADD(&r->st, ring_mismatch, 1);
+            send_error(c, REPL_ERROR_RING, "ring mismatch");
+            return 0;
+        }
+        if (!c->snap && !(c->snap = malloc(r->S * sizeof(riblt_symbol))))
+            return -1;
+        if (store_sketch_read_parts(r->s, c->parts, c->nparts, 0, c->snap,
+                                    r->S, &c->snap_size) != STORE_OK)
+            return -1;
+        repl_encoder_put(r, c->enc);
+        c->enc = NULL;
+        c->serving_since_ns = repl_now_ns();
+    }
+    size_t body =
+        REPL_WIRE_SYMBOLS_FIXED + (size_t)count * RIBLT_SYMBOL_WIRE_SIZE;
+    if (!repl_scratch_fit(r, body))
+        return -1;
+    uint8_t *out = repl_payload_area(r);
+    size_t head = repl_wire_put_symbols_head(out, offset, c->snap_size);
+    /* One call for the whole batch: the encoder walks it in one pass. */
+    if (repl_stream_symbols(r, c->snap, &c->enc, c->parts, c->nparts,
+                            c->snap_size, offset, r->syms, count) != 0)
+        return -1;
+    riblt_symbols_encode(r->syms, count, out + head,
+                         (size_t)count * RIBLT_SYMBOL_WIRE_SIZE);
+    PST_ADD(&r->st, served_symbol_requests, 1);
+    PST_ADD(&r->st, served_symbols, count);
+    return repl_conn_send(c, REPL_MSG_SYMBOLS, (uint32_t)body);
+}
+
+static int serve_fetch(struct conn *c, const uint8_t *p, size_t len)
+{
+    if (len % 16 != 0 || len / 16 > FETCH_IDS_MAX)
+        return -1;
+    size_t n = len / 16;
+    riblt_id *ids = malloc((n ? n : 1) * sizeof(*ids));
+    if (!ids)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        riblt_id_from_bytes(&ids[i], p + 16 * i);
+    repl_send_records(c, ids, n, 0, REPL_MUT_FINAL);
+    free(ids);
+    PST_ADD(&c->r->st, served_fetches, 1);
+    return 0;
+}
+
+/* Sends the next slice of a bulk transfer; called as the output drains. */
+void repl_bulk_continue(struct conn *c)
+{
+    while (c->bulk_ids && repl_link_output_length(c->link) < BULK_LOW_WATER) {
+        size_t k = c->bulk_n - c->bulk_pos;
+        if (k > 4096)
+            k = 4096;
+        bool last = c->bulk_pos + k == c->bulk_n;
+        repl_send_records(c, c->bulk_ids + c->bulk_pos, k, REPL_MUT_BULK,
+                          last ? REPL_MUT_FINAL : 0);
+        c->bulk_pos += k;
+        if (last) {
+            free(c->bulk_ids);
+            c->bulk_ids = NULL;
+        }
+    }
+}
+
+/* A bulk request: every id of the partitions of the round just begun. */
+static int serve_bulk(struct conn *c)
+{
+    struct idvec iv = {0};
+    if (!c->parts)
+        return -1;
+    store_journal_ids_parts(c->r->s, c->parts, c->nparts, idvec_push, &iv);
+    if (iv.failed) {
+        free(iv.v);
+        return -1;
+    }
+    free(c->bulk_ids);
+    c->bulk_ids = iv.v ? iv.v : malloc(sizeof(riblt_id));
+    c->bulk_n = iv.n;
+    c->bulk_pos = 0;
+    PST_ADD(&c->r->st, served_bulk, 1);
+    repl_bulk_continue(c);
+    return 0;
+}
+
+/* A request (or push) on an incoming, authenticated connection. */
+int repl_serve(struct conn *c, const repl_frame *f)
+{
+    switch (f->type) {
+    case REPL_MSG_SYMBOLS_REQ:
+        return serve_symbols(c, f->payload, f->length);
+    case REPL_MSG_FETCH:
+        return serve_fetch(c, f->payload, f->length);
+    case REPL_MSG_BULK_REQ:
+        return f->length == 0 ? serve_bulk(c) : -1;
+    case REPL_MSG_MUTATIONS:
+        return repl_apply_records(c->r, f->payload, f->length, NULL, 0) < 0
+                   ? -1
+                   : 0;
+    case REPL_MSG_DONE:
+        c->serving_since_ns = 0;
+        /* A streamed round ends with everything the initiator held in
+         * these partitions pushed here: ours are caught up. Not so after
+         * a bulk pull (payload 1), which only moved data the other way. */
+        if (repl_partitioned(c->r) && c->parts &&
+            c->parts_gen == c->r->ring_gen &&
+            !(f->length >= 1 && f->payload[0] == 1))
+            repl_parts_mark_ready(c->r, c->parts, c->nparts);
+        return 0;
+    case REPL_MSG_INFO:
+        return 0; /* the dialling side's: peers are learnt by dialling */
+    case REPL_MSG_PING:
+        /* An indirect probe of the registry, relayed by another member. */
+        if (f->length != 8)
+            return -1;
+        memcpy(repl_payload_area(c->r), f->payload, 8);
+        return repl_conn_send(c, REPL_MSG_PONG, 8);
+    default:
+        return -1;
+    }
+}
+
+/*
+ * True while peer p runs a round against us. Two nodes reconciling with
+ * each other at the same time would each stream the whole difference; one
+ * round already moves it both ways, so the other side skips its turn.
+ */
+bool repl_peer_serving(struct repl *r, const struct peer *p, uint64_t now)
+{
+    for (struct conn *c = r->incoming; c; c = c->next)
+        if (repl_link_ready(c->link) &&
+            repl_link_peer_id(c->link) == p->node_id &&
+            c->serving_since_ns != 0 &&
+            now - c->serving_since_ns <
+                (uint64_t)r->o.round_timeout_ms * 1000000ull)
+            return true;
+    return false;
+}
