@@ -162,11 +162,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
             repl_conn_free(p->conn);
             continue;
         }
-        if (repl_peer_ready(p) && !p->round.active &&
-            !repl_peer_serving(r, p, now))
+        if (repl_peer_ready(p))
             ready[nready++] = i;
     }
-    if (nready > 0)
+    /* One round at a time, run or served (repl_in_round). */
+    if (nready > 0 && !repl_in_round(r, NULL, now))
         repl_round_start(r, &r->peers[ready[rng_next(r) % (uint64_t)nready]]);
     tick_arm(r);
 }

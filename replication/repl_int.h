@@ -63,6 +63,8 @@ struct route;
     X(rounds)                                                                 \
     X(rounds_ok)                                                              \
     X(rounds_failed)                                                          \
+    X(rounds_busy)                                                            \
+    X(rounds_walked)                                                          \
     X(bulk_transfers)                                                         \
     X(symbols_recv)                                                           \
     X(diffs_remote)                                                           \
@@ -98,6 +100,8 @@ struct pstats {
     X(served_symbols)                                                         \
     X(served_fetches)                                                         \
     X(served_bulk)                                                            \
+    X(served_walks)                                                           \
+    X(refused_busy)                                                           \
     X(applied)                                                                \
     X(stale)                                                                  \
     X(rejected_records)                                                       \
@@ -130,10 +134,12 @@ struct conn {
     repl_link *link; /* the connection itself: handshake, frames, flow */
     bool outgoing;
     struct peer *peer; /* outgoing: its peer; incoming: NULL */
-    /* responder: the sketch snapshot of the current round */
+    /* responder: the current round's stream, from one sketch snapshot
+     * (snap) or, when walked, from an encoder over one walk of the set */
     riblt_symbol *snap;
     int64_t snap_size;
-    riblt_encoder *enc; /* the stream beyond the sketch */
+    bool walk;
+    riblt_encoder *enc;
     /* responder: when the peer's current round began (0 = none) */
     uint64_t serving_since_ns;
     /* responder: the partitions of the current round (ring_gen: the ring
@@ -152,9 +158,10 @@ struct round {
     bool active;
     bool bulk;
     uint64_t started_ns;
+    bool walk;         /* restarted over walks of both sets */
     riblt_symbol *own; /* own sketch snapshot */
     int64_t own_size;
-    riblt_encoder *own_enc; /* own stream beyond the sketch */
+    riblt_encoder *own_enc; /* own stream when walked */
     riblt_decoder *dec;
     size_t dec_cap;
     riblt_symbol *diffs; /* every difference symbol, to refeed a bigger
@@ -196,6 +203,7 @@ struct peer {
     /* The last round with it that succeeded: when it started, under
      * which ring generation (hand-off of lost partitions waits on it). */
     uint64_t ok_started_ns, ok_gen;
+    bool bulk_next; /* the last round hit the symbol cap: pull a bulk */
     struct round round;
     struct pstats st;
 };
@@ -303,16 +311,18 @@ void repl_peer_connect(struct repl *r, struct peer *p);
 /* ================================================== repl_stream.c */
 
 void repl_encoder_put(struct repl *r, riblt_encoder *enc);
+riblt_encoder *repl_stream_walk(struct repl *r, const uint32_t *parts,
+                                size_t nparts, int64_t size_hint,
+                                int64_t *size);
 int repl_stream_symbols(struct repl *r, const riblt_symbol *snap,
-                        riblt_encoder **enc, const uint32_t *parts,
-                        size_t nparts, int64_t size, uint64_t offset,
-                        riblt_symbol *out, size_t n);
+                        riblt_encoder *enc, uint64_t offset, riblt_symbol *out,
+                        size_t n);
 
 /* =================================================== repl_serve.c */
 
 int repl_serve(struct conn *c, const repl_frame *f);
 void repl_bulk_continue(struct conn *c);
-bool repl_peer_serving(struct repl *r, const struct peer *p, uint64_t now);
+bool repl_in_round(struct repl *r, const struct conn *except, uint64_t now);
 
 /* =================================================== repl_round.c */
 

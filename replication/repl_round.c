@@ -22,6 +22,7 @@ void repl_round_reset(struct peer *p)
     struct round *rd = &p->round;
     rd->active = false;
     rd->bulk = false;
+    rd->walk = false;
     rd->ndiffs = 0;
     rd->nwanted = 0;
     rd->fetch_frames = 0;
@@ -31,11 +32,23 @@ void repl_round_reset(struct peer *p)
         riblt_decoder_reset(rd->dec);
 }
 
+/* Ends the round unrun or unfinished; the peer is told when the link is
+ * up, so it stops serving it. */
+static void round_abandon(struct peer *p)
+{
+    bool tell = p->round.active && repl_peer_ready(p);
+    repl_round_reset(p);
+    if (tell) {
+        *repl_payload_area(p->r) = REPL_DONE_ABANDONED;
+        repl_conn_send(p->conn, REPL_MSG_DONE, 1);
+    }
+}
+
 void repl_round_fail(struct peer *p, const char *why)
 {
     (void)why;
     PST_ADD(&p->st, rounds_failed, 1);
-    repl_round_reset(p);
+    round_abandon(p);
 }
 
 static void round_done(struct peer *p)
@@ -49,7 +62,7 @@ static void round_done(struct peer *p)
     /* Under an unchanged ring, the peer now holds everything we held in
      * these partitions when the round began (unless it was a bulk pull),
      * and we hold everything it held. */
-    uint8_t bulk = rd->bulk ? 1 : 0;
+    uint8_t bulk = rd->bulk ? REPL_DONE_BULK : REPL_DONE_STREAMED;
     if (repl_partitioned(r) && rd->gen == r->ring_gen) {
         repl_parts_mark_ready(r, rd->parts, rd->nparts);
         if (!bulk) {
@@ -69,7 +82,8 @@ static void round_done(struct peer *p)
  * round (offset 0) also carries, when partitioned, our ring fingerprint
  * and the bitmap of the round's partitions.
  */
-static int request_symbols(struct peer *p, uint64_t offset, uint32_t count)
+static int request_symbols(struct peer *p, uint64_t offset, uint32_t count,
+                           uint32_t flags)
 {
     struct conn *c = p->conn;
     struct repl *r = c->r;
@@ -79,7 +93,7 @@ static int request_symbols(struct peer *p, uint64_t offset, uint32_t count)
         !repl_scratch_fit(r, REPL_WIRE_SYMBOLS_REQ_FIXED + 8 + nbm))
         return -1;
     uint8_t *q = repl_payload_area(r);
-    size_t len = repl_wire_put_symbols_req(q, offset, count);
+    size_t len = repl_wire_put_symbols_req(q, offset, count, flags);
     if (ring_part)
         len += repl_wire_put_ring_part(q + len, ring_fingerprint(r->ring),
                                        p->round.parts, p->round.nparts, nbm);
@@ -107,8 +121,35 @@ void repl_round_start(struct repl *r, struct peer *p)
     rd->active = true;
     rd->batch = BATCH_FIRST;
     PST_ADD(&p->st, rounds, 1);
-    if (request_symbols(p, 0, rd->batch) != 0)
+    if (request_symbols(p, 0, rd->batch, 0) != 0)
         repl_round_fail(p, "send failed");
+}
+
+/*
+ * Restarts the round as a walked one: the difference is past what the
+ * sketch can decode, and symbols beyond the sketch must come from the
+ * same set as the ones before them. Both sides now encode one walk of
+ * their set from symbol 0 (the peer on our flag), so writes landing
+ * meanwhile cannot make the stream inconsistent; they are left to push
+ * and to the next round.
+ */
+static int round_walk(struct repl *r, struct peer *p, int64_t remote_size)
+{
+    struct round *rd = &p->round;
+    rd->walk = true;
+    rd->ndiffs = 0;
+    if (rd->dec)
+        riblt_decoder_reset(rd->dec);
+    repl_encoder_put(r, rd->own_enc);
+    rd->own_enc = repl_stream_walk(r, rd->parts, rd->nparts,
+                                   rd->own_size > remote_size ? rd->own_size
+                                                              : remote_size,
+                                   &rd->own_size);
+    if (!rd->own_enc)
+        return -1;
+    PST_ADD(&p->st, rounds_walked, 1);
+    rd->batch = BATCH_MAX;
+    return request_symbols(p, 0, rd->batch, REPL_SYMBOLS_WALK);
 }
 
 /* Grows the decoder, refeeding every difference symbol received so far. */
@@ -207,11 +248,18 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
     if (offset != rd->requested || n == 0 || n > BATCH_MAX)
         return -1;
     PST_ADD(&p->st, symbols_recv, n);
-    if (offset == 0 && want_bulk(r, rd->own_size, rsize)) {
+    if (offset == 0 && !rd->walk &&
+        (want_bulk(r, rd->own_size, rsize) || (p->bulk_next && rsize > 0))) {
         rd->bulk = true;
+        p->bulk_next = false;
         PST_ADD(&p->st, bulk_transfers, 1);
         return repl_conn_send(p->conn, REPL_MSG_BULK_REQ, 0);
     }
+    /* Symbol 0's counts bound the difference from below: past what the
+     * sketch decodes, walk at once. */
+    if (offset == 0 && !rd->walk &&
+        (uint64_t)llabs(rsize - rd->own_size) * 3 / 2 > r->S)
+        return round_walk(r, p, rsize);
     if (rd->ndiffs + n > rd->diffs_cap) {
         size_t cap = rd->diffs_cap ? rd->diffs_cap : 1024;
         while (cap < rd->ndiffs + n)
@@ -225,8 +273,8 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
     riblt_symbol *remote = r->syms, *own = r->own_syms;
     if (riblt_symbols_decode(sy.symbols, n * RIBLT_SYMBOL_WIRE_SIZE, remote,
                              n) != (long)n ||
-        repl_stream_symbols(r, rd->own, &rd->own_enc, rd->parts, rd->nparts,
-                            rd->own_size, offset, own, n) != 0)
+        repl_stream_symbols(r, rd->walk ? NULL : rd->own, rd->own_enc, offset,
+                            own, n) != 0)
         return -1;
     for (size_t i = 0; i < n; i++) {
         riblt_symbol *d = &rd->diffs[rd->ndiffs++];
@@ -245,18 +293,30 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
     int rc = riblt_decoder_decode(rd->dec);
     if (rc == RIBLT_OK)
         return round_exchange(r, p);
-    if (rc != RIBLT_NEED_MORE)
-        return -1;
+    if (rc != RIBLT_NEED_MORE) {
+        /* Symbols that do not decode: the link is sound, the round not. */
+        repl_round_fail(p, "inconsistent symbols");
+        return 0;
+    }
     uint64_t next = offset + n;
-    if (next >= r->o.max_symbols)
-        return -1; /* cap reached: the next round retries */
+    if (next >= r->o.max_symbols) {
+        /* Past the cap: the next round with this peer pulls a bulk
+         * transfer, which has no cap. */
+        p->bulk_next = true;
+        repl_round_fail(p, "symbol cap reached");
+        return 0;
+    }
+    uint64_t end =
+        rd->walk || r->S > r->o.max_symbols ? r->o.max_symbols : r->S;
+    if (next >= end)
+        return round_walk(r, p, rsize);
     rd->batch = rd->batch == BATCH_FIRST    ? BATCH_SECOND
                 : rd->batch * 2 > BATCH_MAX ? BATCH_MAX
                                             : rd->batch * 2;
     uint64_t count = rd->batch;
-    if (count > r->o.max_symbols - next)
-        count = r->o.max_symbols - next;
-    return request_symbols(p, next, (uint32_t)count);
+    if (count > end - next)
+        count = end - next;
+    return request_symbols(p, next, (uint32_t)count, 0);
 }
 
 static int on_mutations(struct repl *r, struct peer *p, const uint8_t *q,
@@ -344,6 +404,14 @@ int repl_on_reply(struct conn *c, const repl_frame *f)
             p->round.active) {
             PST_ADD(&c->r->st, ring_mismatch, 1);
             repl_round_fail(p, "ring mismatch");
+            return 0;
+        }
+        /* The peer is in another round: ours waits for a later tick. */
+        if (f->length >= 4 &&
+            repl_wire_get_u32(f->payload) == REPL_ERROR_BUSY &&
+            p->round.active) {
+            PST_ADD(&p->st, rounds_busy, 1);
+            repl_round_reset(p);
             return 0;
         }
         return -1;

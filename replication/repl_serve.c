@@ -87,6 +87,69 @@ static int parts_accept(struct conn *c, const uint8_t *q, size_t len)
     return c->nparts > 0 ? 0 : -1;
 }
 
+/*
+ * True while this node takes part in a round other than the one on
+ * connection `except`: one it runs, or one it serves. A node takes part
+ * in one round at a time, so that two peers never both send it the same
+ * missing mutations.
+ */
+bool repl_in_round(struct repl *r, const struct conn *except, uint64_t now)
+{
+    for (int i = 0; i < r->npeers; i++)
+        if (r->peers[i].round.active)
+            return true;
+    for (struct conn *c = r->incoming; c; c = c->next)
+        if (c != except && repl_link_ready(c->link) &&
+            c->serving_since_ns != 0 &&
+            now - c->serving_since_ns <
+                (uint64_t)r->o.round_timeout_ms * 1000000ull)
+            return true;
+    return false;
+}
+
+/*
+ * The request that opens a round (offset 0): checks its partitions, then
+ * takes what serves the whole round: one copy of the sketch, or, when the
+ * initiator asks for a walked round, an encoder over one walk of the set.
+ * Returns 0 (the round is open), 1 (refused with an ERROR, the link
+ * stays) or -1.
+ */
+static int round_open(struct conn *c, const repl_wire_symbols_req *req)
+{
+    struct repl *r = c->r;
+    uint64_t now = repl_now_ns();
+    if (parts_accept(c, req->rest, req->nrest) != 0) {
+        PST_ADD(&r->st, ring_mismatch, 1);
+        send_error(c, REPL_ERROR_RING, "ring mismatch");
+        return 1;
+    }
+    if (repl_in_round(r, c, now)) {
+        PST_ADD(&r->st, refused_busy, 1);
+        c->serving_since_ns = 0;
+        send_error(c, REPL_ERROR_BUSY, "in another round");
+        return 1;
+    }
+    repl_encoder_put(r, c->enc);
+    c->enc = NULL;
+    c->walk = (req->flags & REPL_SYMBOLS_WALK) != 0;
+    if (c->walk) {
+        int64_t hint = 0;
+        store_sketch_read_parts(r->s, c->parts, c->nparts, 0, NULL, 0, &hint);
+        c->enc = repl_stream_walk(r, c->parts, c->nparts, hint, &c->snap_size);
+        if (!c->enc)
+            return -1;
+        PST_ADD(&r->st, served_walks, 1);
+    } else {
+        if (!c->snap && !(c->snap = malloc(r->S * sizeof(riblt_symbol))))
+            return -1;
+        if (store_sketch_read_parts(r->s, c->parts, c->nparts, 0, c->snap,
+                                    r->S, &c->snap_size) != STORE_OK)
+            return -1;
+    }
+    c->serving_since_ns = now;
+    return 0;
+}
+
 static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
 {
     struct repl *r = c->r;
@@ -95,29 +158,22 @@ static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
         return -1;
     uint64_t offset = req.offset;
     uint32_t count = req.count;
-    /* Only the request that opens a round carries more (its ring part). */
-    if (count == 0 || count > BATCH_MAX || offset > r->o.max_symbols ||
-        count > r->o.max_symbols - offset || (offset != 0 && req.nrest != 0)) {
+    /* Only the request that opens a round carries more (its ring part
+     * and flags); a round from the sketch ends where the sketch does. */
+    bool walk = offset == 0 ? (req.flags & REPL_SYMBOLS_WALK) != 0 : c->walk;
+    uint64_t end = walk || r->S > r->o.max_symbols ? r->o.max_symbols : r->S;
+    if (count == 0 || count > BATCH_MAX || offset > end ||
+        count > end - offset ||
+        (offset != 0 && (req.nrest != 0 || req.flags != 0))) {
         send_error(c, REPL_ERROR_GENERIC, "symbol request out of bounds");
         return -1;
     }
-    if (offset != 0 && !c->snap)
+    if (offset != 0 && c->serving_since_ns == 0)
         return -1; /* a round begins at offset 0 */
     if (offset == 0) {
-        /* A new round: one consistent copy of the sketch serves it all. */
-        if (parts_accept(c, req.rest, req.nrest) != 0) {
-            PST_ADD(&r->st, ring_mismatch, 1);
-            send_error(c, REPL_ERROR_RING, "ring mismatch");
-            return 0;
-        }
-        if (!c->snap && !(c->snap = malloc(r->S * sizeof(riblt_symbol))))
-            return -1;
-        if (store_sketch_read_parts(r->s, c->parts, c->nparts, 0, c->snap,
-                                    r->S, &c->snap_size) != STORE_OK)
-            return -1;
-        repl_encoder_put(r, c->enc);
-        c->enc = NULL;
-        c->serving_since_ns = repl_now_ns();
+        int rc = round_open(c, &req);
+        if (rc != 0)
+            return rc < 0 ? -1 : 0;
     }
     size_t body =
         REPL_WIRE_SYMBOLS_FIXED + (size_t)count * RIBLT_SYMBOL_WIRE_SIZE;
@@ -126,8 +182,8 @@ static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
     uint8_t *out = repl_payload_area(r);
     size_t head = repl_wire_put_symbols_head(out, offset, c->snap_size);
     /* One call for the whole batch: the encoder walks it in one pass. */
-    if (repl_stream_symbols(r, c->snap, &c->enc, c->parts, c->nparts,
-                            c->snap_size, offset, r->syms, count) != 0)
+    if (repl_stream_symbols(r, c->walk ? NULL : c->snap, c->enc, offset,
+                            r->syms, count) != 0)
         return -1;
     riblt_symbols_encode(r->syms, count, out + head,
                          (size_t)count * RIBLT_SYMBOL_WIRE_SIZE);
@@ -206,12 +262,15 @@ int repl_serve(struct conn *c, const repl_frame *f)
                    : 0;
     case REPL_MSG_DONE:
         c->serving_since_ns = 0;
+        repl_encoder_put(c->r, c->enc);
+        c->enc = NULL;
         /* A streamed round ends with everything the initiator held in
          * these partitions pushed here: ours are caught up. Not so after
-         * a bulk pull (payload 1), which only moved data the other way. */
+         * a bulk pull, which only moved data the other way, nor after an
+         * abandoned round. */
         if (repl_partitioned(c->r) && c->parts &&
             c->parts_gen == c->r->ring_gen &&
-            !(f->length >= 1 && f->payload[0] == 1))
+            (f->length == 0 || f->payload[0] == REPL_DONE_STREAMED))
             repl_parts_mark_ready(c->r, c->parts, c->nparts);
         return 0;
     case REPL_MSG_INFO:
@@ -225,21 +284,4 @@ int repl_serve(struct conn *c, const repl_frame *f)
     default:
         return -1;
     }
-}
-
-/*
- * True while peer p runs a round against us. Two nodes reconciling with
- * each other at the same time would each stream the whole difference; one
- * round already moves it both ways, so the other side skips its turn.
- */
-bool repl_peer_serving(struct repl *r, const struct peer *p, uint64_t now)
-{
-    for (struct conn *c = r->incoming; c; c = c->next)
-        if (repl_link_ready(c->link) &&
-            repl_link_peer_id(c->link) == p->node_id &&
-            c->serving_since_ns != 0 &&
-            now - c->serving_since_ns <
-                (uint64_t)r->o.round_timeout_ms * 1000000ull)
-            return true;
-    return false;
 }

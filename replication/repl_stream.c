@@ -1,32 +1,30 @@
 /*
  * repl_stream.c -- the coded symbol stream of one side of a round, which
  * both the responder (repl_serve.c) and the initiator (repl_round.c) read:
- * the first S symbols from a snapshot of the store's sketch, the rest from
- * an encoder over the journal, built when first needed. Encoders are kept
- * in a small pool between rounds.
+ * either a copy of the first S symbols of the store's sketch, or, for a
+ * walked round, an encoder over one walk of the set. A round never mixes
+ * the two: the sketch and a walk are the set at different instants.
+ * Encoders are kept in a small pool between rounds.
  *
  * Threading: replication thread only.
  */
 #include "repl_int.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-/* Adds each journal id to an encoder (store_journal_tails_parts callback). */
-struct tailvec {
+/* Adds each id of a set snapshot to an encoder (store_journal_ids_parts
+ * callback). */
+struct encfill {
     riblt_encoder *enc;
-    uint64_t base;
     bool failed;
 };
 
-static void add_tail(void *arg, const riblt_id *id, const riblt_tail *tail)
+static void add_id(void *arg, const riblt_id *id)
 {
-    struct tailvec *tv = arg;
-    uint64_t h = riblt_hash(id);
-    int rc = tail->steps && tail->index >= tv->base
-                 ? riblt_encoder_add_tail(tv->enc, id, h, tail, tv->base)
-                 : riblt_encoder_add(tv->enc, id);
-    if (rc != RIBLT_OK)
-        tv->failed = true;
+    struct encfill *ef = arg;
+    if (riblt_encoder_add(ef->enc, id) != RIBLT_OK)
+        ef->failed = true;
 }
 
 /*
@@ -54,52 +52,49 @@ static riblt_encoder *encoder_get(struct repl *r, size_t cap)
 }
 
 /*
- * Builds an encoder over the current journal, positioned at offset. Each
- * id starts where the store's sketch walk left its mapping, so nothing
- * below the sketch is walked again. The journal may have moved since the
- * sketch snapshot; a round that mixes the two fails to decode and the next
- * round retries.
+ * An encoder over one snapshot of the set of the listed partitions
+ * (store_journal_ids_parts: one walk, in which no id is listed twice),
+ * positioned at symbol 0; *size gets the number of ids. Every symbol of a
+ * walked round comes from it, so the stream is that of one set, whatever
+ * writes land meanwhile. size_hint sizes a fresh encoder.
  */
-static riblt_encoder *encoder_from_journal(struct repl *r,
-                                           const uint32_t *parts,
-                                           size_t nparts, int64_t size,
-                                           uint64_t offset)
+riblt_encoder *repl_stream_walk(struct repl *r, const uint32_t *parts,
+                                size_t nparts, int64_t size_hint,
+                                int64_t *size)
 {
-    struct tailvec tv = {encoder_get(r, size > 0 ? (size_t)size : 0), r->S,
+    struct encfill ef = {encoder_get(r, size_hint > 0 ? (size_t)size_hint : 0),
                          false};
-    if (!tv.enc)
+    if (!ef.enc)
         return NULL;
-    store_journal_tails_parts(r->s, parts, nparts, add_tail, &tv);
-    if (tv.failed || riblt_encoder_seek(tv.enc, offset) != RIBLT_OK) {
-        repl_encoder_put(r, tv.enc);
+    size_t n = store_journal_ids_parts(r->s, parts, nparts, add_id, &ef);
+    if (ef.failed || riblt_encoder_seek(ef.enc, 0) != RIBLT_OK) {
+        repl_encoder_put(r, ef.enc);
         return NULL;
     }
+    *size = (int64_t)n;
     PST_ADD(&r->st, encoder_builds, 1);
-    return tv.enc;
+    return ef.enc;
 }
 
 /*
- * Fills out[0..n) with symbols [offset, offset+n) of a stream whose first
- * S symbols are snap and whose rest comes from *enc (built on demand over
- * the journal of the listed partitions; size: their set size, a hint).
+ * Fills out[0..n) with symbols [offset, offset+n) of one side's stream:
+ * from snap, a copy of the first S symbols of the sketch (then offset + n
+ * must not pass S), or, snap NULL, from enc (repl_stream_walk).
  */
 int repl_stream_symbols(struct repl *r, const riblt_symbol *snap,
-                        riblt_encoder **enc, const uint32_t *parts,
-                        size_t nparts, int64_t size, uint64_t offset,
-                        riblt_symbol *out, size_t n)
+                        riblt_encoder *enc, uint64_t offset, riblt_symbol *out,
+                        size_t n)
 {
-    size_t i = 0;
-    for (; i < n && offset + i < r->S; i++)
-        out[i] = snap[offset + i];
-    if (i == n)
-        return 0;
-    uint64_t at = offset + i;
-    if (!*enc) {
-        *enc = encoder_from_journal(r, parts, nparts, size, at);
-        if (!*enc)
+    if (snap) {
+        if (offset > r->S || n > r->S - offset)
             return -1;
-    } else if (riblt_encoder_position(*enc) != at) {
-        riblt_encoder_seek(*enc, at);
+        memcpy(out, snap + offset, n * sizeof(*out));
+        return 0;
     }
-    return riblt_encoder_produce(*enc, out + i, n - i) == RIBLT_OK ? 0 : -1;
+    if (!enc)
+        return -1;
+    if (riblt_encoder_position(enc) != offset &&
+        riblt_encoder_seek(enc, offset) != RIBLT_OK)
+        return -1;
+    return riblt_encoder_produce(enc, out, n) == RIBLT_OK ? 0 : -1;
 }

@@ -295,10 +295,12 @@ int repl_wire_get_mutations_head(const uint8_t *p, size_t len, uint8_t *flags,
     return REPL_WIRE_OK;
 }
 
-size_t repl_wire_put_symbols_req(uint8_t *out, uint64_t offset, uint32_t count)
+size_t repl_wire_put_symbols_req(uint8_t *out, uint64_t offset, uint32_t count,
+                                 uint32_t flags)
 {
     repl_wire_put_u64(out, offset);
-    repl_wire_put_u32(out + 8, count);
+    repl_wire_put_u32(out + 8, (count & ~REPL_SYMBOLS_WALK) |
+                                   (flags & REPL_SYMBOLS_WALK));
     return REPL_WIRE_SYMBOLS_REQ_FIXED;
 }
 
@@ -308,7 +310,8 @@ int repl_wire_get_symbols_req(const uint8_t *p, size_t len,
     if (len < REPL_WIRE_SYMBOLS_REQ_FIXED)
         return REPL_WIRE_ERR_FORMAT;
     out->offset = repl_wire_get_u64(p);
-    out->count = repl_wire_get_u32(p + 8);
+    out->count = repl_wire_get_u32(p + 8) & ~REPL_SYMBOLS_WALK;
+    out->flags = repl_wire_get_u32(p + 8) & REPL_SYMBOLS_WALK;
     out->rest = p + REPL_WIRE_SYMBOLS_REQ_FIXED;
     out->nrest = len - REPL_WIRE_SYMBOLS_REQ_FIXED;
     return REPL_WIRE_OK;

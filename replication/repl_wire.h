@@ -185,6 +185,14 @@ long repl_wire_get_mutation(const uint8_t *buf, size_t len, size_t max_value,
 /* The ring fingerprints or partition lists disagree: the round fails, the
  * link stays. */
 #define REPL_ERROR_RING 2
+/* The responder takes part in another round (one at a time, so a missing
+ * mutation arrives once): the round ends unrun, the link stays. */
+#define REPL_ERROR_BUSY 3
+
+/* DONE: one byte, how the round ended (absent: as REPL_DONE_STREAMED). */
+#define REPL_DONE_STREAMED 0  /* decoded and exchanged both ways */
+#define REPL_DONE_BULK 1      /* a bulk pull: data moved one way only */
+#define REPL_DONE_ABANDONED 2 /* failed or capped; nothing to conclude */
 
 /* MUTATIONS flags (the first byte of the frame). */
 /* The last frame answering a FETCH or a bulk request. */
@@ -206,22 +214,29 @@ int repl_wire_get_mutations_head(const uint8_t *p, size_t len, uint8_t *flags,
 
 /*
  * SYMBOLS_REQ: offset u64 | count u32, then the ring part on the request
- * that opens a round (offset 0) between partitioned nodes:
+ * that opens a round (offset 0) between partitioned nodes. The count's top
+ * bit is a flag, REPL_SYMBOLS_WALK, on the request that opens a round: serve
+ * the whole round from an encoder over one walk of the set, not from the
+ * materialized sketch (a round whose difference is past the sketch; see
+ * replication/README.md). The ring part is:
  *   ring fingerprint u64 | bitmap of the round's partitions
  * where the bitmap has nbitmap = (P + 1 + 7) / 8 bytes and bit p (byte
  * p / 8, bit p % 8) stands for partition p, P being the global one.
  */
 #define REPL_WIRE_SYMBOLS_REQ_FIXED 12
 
+#define REPL_SYMBOLS_WALK 0x80000000u
+
 typedef struct repl_wire_symbols_req {
     uint64_t offset;
-    uint32_t count;
+    uint32_t count;      /* without the flag bit */
+    uint32_t flags;      /* REPL_SYMBOLS_WALK or 0 */
     const uint8_t *rest; /* what follows the fixed part (the ring part) */
     size_t nrest;
 } repl_wire_symbols_req;
 
-size_t repl_wire_put_symbols_req(uint8_t *out, uint64_t offset,
-                                 uint32_t count);
+size_t repl_wire_put_symbols_req(uint8_t *out, uint64_t offset, uint32_t count,
+                                 uint32_t flags);
 int repl_wire_get_symbols_req(const uint8_t *p, size_t len,
                               repl_wire_symbols_req *out);
 

@@ -2851,11 +2851,19 @@ static bool rec_collect_fn(void *arg, const evrec_entry *e)
 
 /*
  * Snapshot of the set's ids in the partitions marked in bits (NULL: all)
- * into *out (the caller frees it), walking the key table one stripe lock at
- * a time: each stripe's ids are those of one instant, the stripes' of
- * successive instants (a walk under every lock at once would stall every
- * read), then the records' (under rec_lock, at once). Returns the number
- * of ids; 0 with *out NULL when the snapshot cannot be allocated.
+ * into *out (the caller frees it): first the records' (under rec_lock, at
+ * once), then the key table one stripe lock at a time, each stripe's ids
+ * those of one instant, the stripes' of successive instants (a walk under
+ * every lock at once would stall every read). The result is a set: no id
+ * is listed twice. An item evicted during the walk may be missing (its
+ * record came after the records were read, its stripe was read after it
+ * left), never listed twice; records first is what rules that out, since
+ * a record never turns back into an item with the same id (an equal
+ * version is stale). A key written during the walk may be listed with
+ * both its record's id and its new item's: two mutations the set held at
+ * different instants, which a round resolves like any difference.
+ * Returns the number of ids; 0 with *out NULL when the snapshot cannot be
+ * allocated.
  */
 static size_t set_snapshot(store *s, const uint64_t *bits, riblt_id **out)
 {
@@ -2870,6 +2878,27 @@ static size_t set_snapshot(store *s, const uint64_t *bits, riblt_id **out)
     *out = NULL;
     if (v == NULL)
         return 0;
+    if (s->recs != NULL) {
+        pthread_mutex_lock(&s->rec_lock);
+        struct rec_collect rc = {v, 0, cap, bits, false};
+        size_t nr = evrec_count(s->recs) + evrec_count(s->droptab);
+        uint64_t cursors[2] = {0, 0};
+        if (nr > cap) {
+            rc.cap = nr + cap;
+            rc.v = realloc(v, rc.cap * sizeof(*v));
+            rc.failed = rc.v == NULL;
+        }
+        if (!rc.failed)
+            recs_walk(s, cursors, SIZE_MAX, rec_collect_fn, &rc);
+        pthread_mutex_unlock(&s->rec_lock);
+        if (rc.failed) {
+            free(v);
+            return 0;
+        }
+        v = rc.v;
+        n = rc.n;
+        cap = rc.cap;
+    }
     for (size_t i = 0; i < s->nstripes; i++) {
         struct stripe *sp = &s->stripes[i];
         pthread_mutex_lock(&sp->lock);
@@ -2889,26 +2918,6 @@ static size_t set_snapshot(store *s, const uint64_t *bits, riblt_id **out)
                 if (bits == NULL || bit_has(bits, it->part))
                     v[n++] = item_id(it);
         pthread_mutex_unlock(&sp->lock);
-    }
-    if (s->recs != NULL) {
-        pthread_mutex_lock(&s->rec_lock);
-        struct rec_collect rc = {v, n, cap, bits, false};
-        size_t nr = evrec_count(s->recs) + evrec_count(s->droptab);
-        uint64_t cursors[2] = {0, 0};
-        if (n + nr > cap) {
-            rc.cap = n + nr;
-            rc.v = realloc(v, rc.cap * sizeof(*v));
-            rc.failed = rc.v == NULL;
-        }
-        if (!rc.failed)
-            recs_walk(s, cursors, SIZE_MAX, rec_collect_fn, &rc);
-        pthread_mutex_unlock(&s->rec_lock);
-        if (rc.failed) {
-            free(v);
-            return 0;
-        }
-        v = rc.v;
-        n = rc.n;
     }
     *out = v;
     return n;

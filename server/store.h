@@ -442,7 +442,9 @@ int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
 /*
  * Calls fn for every mutation id in the set (the "journal"), in no order,
  * from a snapshot taken one key-table stripe at a time: each stripe's ids
- * are those of one instant, not the whole set's. Returns the number of ids.
+ * are those of one instant, not the whole set's. No id is given twice, so
+ * an encoder fed one snapshot encodes a set (see set_snapshot in store.c
+ * for what a write during the walk can do). Returns the number of ids.
  */
 typedef void (*store_id_fn)(void *arg, const riblt_id *id);
 size_t store_journal_ids(store *s, store_id_fn fn, void *arg);

@@ -49,6 +49,7 @@ CHALLENGE = 2
 PROOF = 3
 ACCEPT = 4
 SYMBOLS_REQ = 10
+SYMBOLS_WALK = 0x80000000  # SYMBOLS_REQ count flag
 SYMBOLS = 11
 FETCH = 12
 MUTATIONS = 13
@@ -218,8 +219,11 @@ class Peer:
 
     # -- requests -------------------------------------------------------
 
-    def symbols_req(self, offset, count):
-        self.send_frame(SYMBOLS_REQ, struct.pack("<QI", offset, count))
+    def symbols_req(self, offset, count, walk=False):
+        """SYMBOLS_REQ; walk sets the flag (count's top bit) that asks for
+        a round served from a walk of the set, not the sketch."""
+        self.send_frame(SYMBOLS_REQ, struct.pack(
+            "<QI", offset, count | (SYMBOLS_WALK if walk else 0)))
 
 
 def parse_symbols(payload):

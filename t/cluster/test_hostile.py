@@ -20,6 +20,7 @@ from cluster import Cluster, free_ports, rss_kb, wait_until
 from peerwire import Closed, Peer
 
 MAX_SYMBOLS = 65536  # the node's repl_max_symbols: 16 full batches
+SKETCH_SYMBOLS = 8192  # the node's sketch_symbols (the default)
 
 
 def rss_bound_kb():
@@ -216,13 +217,18 @@ class Hostile(unittest.TestCase):
 
     def test_symbol_stream_capped(self):
         # An authenticated peer that keeps asking for symbols of one round
-        # (reading the replies) is cut off at repl_max_symbols.
+        # (reading the replies) is cut off at repl_max_symbols in a walked
+        # round, and where the sketch ends in a round served from it.
+        self.stream_until_cut(walk=True, cap=MAX_SYMBOLS, bad_frames=1)
+        self.stream_until_cut(walk=False, cap=SKETCH_SYMBOLS, bad_frames=2)
+
+    def stream_until_cut(self, walk, cap, bad_frames):
         with Peer(self.node.repl_port) as p:
             p.handshake(cluster.SECRET.encode())
             offset, served, closed = 0, 0, False
             for _ in range(4 * MAX_SYMBOLS // 4096):
                 try:
-                    p.symbols_req(offset, 4096)
+                    p.symbols_req(offset, 4096, walk=walk and offset == 0)
                     ftype, _, payload = p.recv_frame()
                 except (Closed, BrokenPipeError, ConnectionResetError):
                     closed = True
@@ -237,8 +243,8 @@ class Hostile(unittest.TestCase):
                 offset += n
                 self.sample_rss()
             self.assertTrue(closed, "still served at offset %d" % offset)
-            self.assertEqual(served, MAX_SYMBOLS)
-        self.wait_delta("bad_frames", 1)
+            self.assertEqual(served, cap)
+        self.wait_delta("bad_frames", bad_frames)
 
     def test_symbol_flood_unread(self):
         # An authenticated peer that asks for symbols without ever reading

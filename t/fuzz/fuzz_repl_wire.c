@@ -124,7 +124,8 @@ static void parse_bodies(const uint8_t *p, size_t len, uint8_t *scratch,
             req.nrest != len - REPL_WIRE_SYMBOLS_REQ_FIXED) {
             abort();
         }
-        size_t w = repl_wire_put_symbols_req(scratch, req.offset, req.count);
+        size_t w = repl_wire_put_symbols_req(scratch, req.offset, req.count,
+                                             req.flags);
         same_bytes(p, scratch, REPL_WIRE_SYMBOLS_REQ_FIXED, w);
         /* The ring part at the size it has, and at two that it has not
          * (1 and the bitmap of the default 1024 partitions). */
@@ -318,7 +319,7 @@ int main(int argc, char **argv)
     /* The request that opens a partitioned round: 1024 partitions, the
      * round over 3, 700 and the global one. */
     static const uint32_t parts[] = {3, 700, 1024};
-    size_t len = repl_wire_put_symbols_req(payload, 0, 1);
+    size_t len = repl_wire_put_symbols_req(payload, 0, 1, 0);
     len += repl_wire_put_ring_part(payload + len, 0x5c8e6b76c3200b1aULL, parts,
                                    3, 129);
     n = repl_wire_build(frame, sizeof(frame), REPL_MSG_SYMBOLS_REQ, 0, payload,
