@@ -276,12 +276,30 @@ static void conn_ready(void *arg, repl_link *l)
 {
     struct conn *c = arg;
     struct repl *r = c->r;
+    uint64_t now = repl_now_ns();
     if (c->peer) {
-        c->peer->connecting = false;
-        c->peer->backoff_ms = 0;
-        c->peer->down_since_ns = 0;
-        __atomic_store_n(&c->peer->node_id, repl_link_peer_id(l),
-                         __ATOMIC_RELAXED);
+        struct peer *p = c->peer;
+        bool was_down = p->down_since_ns != 0;
+        p->connecting = false;
+        p->backoff_ms = 0;
+        p->down_since_ns = 0;
+        __atomic_store_n(&p->node_id, repl_link_peer_id(l), __ATOMIC_RELAXED);
+        /* A link back after a loss: reconcile now, not at the next tick
+         * (unless this node is in a round already). */
+        if (was_down && !repl_in_round(r, NULL, now))
+            repl_round_start(r, p);
+    } else {
+        /* A peer dialled us: if our link to it is down, it is back, so
+         * dial it now instead of waiting out the backoff. */
+        uint32_t id = repl_link_peer_id(l);
+        for (int i = 0; i < r->npeers; i++) {
+            struct peer *p = &r->peers[i];
+            if (!p->self && !p->vacant && p->node_id == id && !p->conn &&
+                !p->connecting) {
+                p->retry_at_ns = now;
+                repl_peer_connect(r, p);
+            }
+        }
     }
     /* Both sides say who they are for the ring (the dialler's INFO is
      * ignored: each node learns its peers by dialling them). */

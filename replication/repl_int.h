@@ -50,6 +50,10 @@ struct route;
 #define OUT_HIGH_WATER (16u << 20) /* a peer this far behind gets no push */
 #define BULK_LOW_WATER (1u << 20)  /* refill bulk output below this */
 #define BACKOFF_MAX_MS 2000
+/* Reconnects during the first FAST_RETRY_NS of a peer's absence: every
+ * FAST_RETRY_MS (at the tick, or at once when the peer dials us). */
+#define FAST_RETRY_MS 20
+#define FAST_RETRY_NS (10ull * 1000000000ull)
 #define DECODER_FIRST 8192
 #define ENCODER_SPARES 2 /* encoders kept for the next rounds */
 

@@ -28,12 +28,19 @@ void repl_peer_lost(struct peer *p)
     /* Stores the stats reader may see: atomic (it only tests them). */
     __atomic_store_n(&p->conn, NULL, __ATOMIC_RELAXED);
     p->connecting = false;
+    uint64_t now = repl_now_ns();
     if (p->down_since_ns == 0)
-        p->down_since_ns = repl_now_ns();
-    p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 50;
+        p->down_since_ns = now;
+    /* A link down for a short while is retried every few tens of
+     * milliseconds, so a peer back from a short partition or a stall is
+     * used again at once; one down longer backs off exponentially. */
+    if (now - p->down_since_ns < FAST_RETRY_NS)
+        p->backoff_ms = FAST_RETRY_MS;
+    else
+        p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : FAST_RETRY_MS;
     if (p->backoff_ms > BACKOFF_MAX_MS)
         p->backoff_ms = BACKOFF_MAX_MS;
-    p->retry_at_ns = repl_now_ns() + (uint64_t)p->backoff_ms * 1000000ull;
+    p->retry_at_ns = now + (uint64_t)p->backoff_ms * 1000000ull;
 }
 
 /* ========================================================== membership */

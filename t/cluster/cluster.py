@@ -71,6 +71,46 @@ def free_ports(n):
     return sorted(ports)
 
 
+def pipelined_sets(port, keys, value):
+    """set <key> noreply for every key, pipelined, then an mn round trip."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        for start in range(0, len(keys), 1000):
+            s.sendall(b"".join(
+                b"set %s 0 0 %d noreply\r\n%s\r\n" % (k, len(value), value)
+                for k in keys[start:start + 1000]))
+        s.sendall(b"mn\r\n")
+        data = b""
+        while not data.endswith(b"MN\r\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                raise AssertionError("connection closed before MN")
+            data += chunk
+    finally:
+        s.close()
+
+
+def count_present(port, keys):
+    """How many of keys the node holds (pipelined `mg <key>`, 1000 a
+    send)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    present = 0
+    try:
+        for start in range(0, len(keys), 1000):
+            batch = keys[start:start + 1000]
+            s.sendall(b"".join(b"mg %s\r\n" % k for k in batch) + b"mn\r\n")
+            data = b""
+            while not data.endswith(b"MN\r\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise AssertionError("connection closed before MN")
+                data += chunk
+            present += data.count(b"HD\r\n")
+    finally:
+        s.close()
+    return present
+
+
 # ------------------------------------------------------------------ nodes
 
 

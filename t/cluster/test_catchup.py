@@ -17,7 +17,8 @@ import time
 import unittest
 
 import cluster
-from cluster import Cluster, repl_sum, wait_until
+from cluster import (Cluster, count_present, pipelined_sets, repl_sum,
+                     wait_until)
 
 BASE = 20000  # keys every node holds before the stop
 VALUE = b"v" * 100  # base and load keys
@@ -34,46 +35,6 @@ def missed_count():
 def load_rate():
     """Writes per second during the catch-up."""
     return 5000 if cluster.sanitized() else 50000
-def pipelined_sets(port, keys, value):
-    """set <key> noreply for every key, pipelined, then an mn round trip."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    try:
-        for start in range(0, len(keys), 1000):
-            s.sendall(b"".join(
-                b"set %s 0 0 %d noreply\r\n%s\r\n" % (k, len(value), value)
-                for k in keys[start:start + 1000]))
-        s.sendall(b"mn\r\n")
-        data = b""
-        while not data.endswith(b"MN\r\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                raise AssertionError("connection closed before MN")
-            data += chunk
-    finally:
-        s.close()
-
-
-def count_present(port, keys):
-    """How many of keys the node holds (pipelined `mg <key>`, 1000 a
-    send)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    present = 0
-    try:
-        for start in range(0, len(keys), 1000):
-            batch = keys[start:start + 1000]
-            s.sendall(b"".join(b"mg %s\r\n" % k for k in batch) + b"mn\r\n")
-            data = b""
-            while not data.endswith(b"MN\r\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    raise AssertionError("connection closed before MN")
-                data += chunk
-            present += data.count(b"HD\r\n")
-    finally:
-        s.close()
-    return present
-
-
 class Load(threading.Thread):
     """New keys written to one node at a bounded rate, for at most
     LOAD_SECONDS, until stopped."""
