@@ -89,6 +89,26 @@ void repl_conn_free(struct conn *c)
     repl_link_close(c->link);
 }
 
+/* Why a link closed, in words, for the log. */
+static const char *close_reason(int why, const repl_link *l)
+{
+    switch (why) {
+    case REPL_LINK_CLOSED_NET:
+        if (repl_link_proof_sent(l))
+            return "our handshake proof refused (wrong cluster_secret?)";
+        return repl_link_ready(l) ? "connection lost" : "cannot connect";
+    case REPL_LINK_CLOSED_AUTH:
+        return "handshake refused (wrong cluster_secret, or not a peer "
+               "port)";
+    case REPL_LINK_CLOSED_BAD_FRAME:
+        return "malformed frame";
+    case REPL_LINK_CLOSED_SELF:
+        return "our own address";
+    default:
+        return "closed here";
+    }
+}
+
 static void count_auth_failure(struct conn *c)
 {
     PST_ADD(&c->r->st, auth_failures, 1);
@@ -127,7 +147,15 @@ static void conn_closed(void *arg, repl_link *l, int why)
         break;
     }
     if (c->outgoing && c->peer)
-        repl_peer_lost(c->peer);
+        repl_peer_lost(c->peer, close_reason(why, l));
+    else if (why == REPL_LINK_CLOSED_AUTH) {
+        uint32_t held = 0;
+        if (log_limit_pass(&r->refused_log, 10000, &held))
+            LOG(LOG_LEVEL_WARN, "repl",
+                "refused an incoming peer connection: handshake failed "
+                "(wrong cluster_secret?); %u more since the last such line",
+                (unsigned)held);
+    }
     if (!c->outgoing) {
         for (struct conn **pp = &r->incoming; *pp; pp = &(*pp)->next) {
             if (*pp == c) {
@@ -280,9 +308,17 @@ static void conn_ready(void *arg, repl_link *l)
     if (c->peer) {
         struct peer *p = c->peer;
         bool was_down = p->down_since_ns != 0;
+        if (was_down)
+            LOG(LOG_LEVEL_WARN, "repl", "peer %s (node %u) up after %.1f s",
+                p->name, (unsigned)repl_link_peer_id(l),
+                (double)(now - p->down_since_ns) / 1e9);
+        else
+            LOG(LOG_LEVEL_INFO, "repl", "peer %s (node %u) up", p->name,
+                (unsigned)repl_link_peer_id(l));
         p->connecting = false;
         p->backoff_ms = 0;
         p->down_since_ns = 0;
+        p->down_why = NULL;
         __atomic_store_n(&p->node_id, repl_link_peer_id(l), __ATOMIC_RELAXED);
         /* A link back after a loss: reconcile now, not at the next tick
          * (unless this node is in a round already). */
@@ -367,7 +403,7 @@ void repl_peer_connect(struct repl *r, struct peer *p)
         free(c);
         if (rc == REPL_LINK_ERR_CONNECT) {
             PST_ADD(&p->st, connect_failures, 1);
-            repl_peer_lost(p);
+            repl_peer_lost(p, "cannot connect");
         }
         return;
     }

@@ -24,6 +24,7 @@
 #include "evloop.h"
 #include "registry.h"
 #include "repl.h"
+#include "log.h"
 #include "repl_link.h"
 #include "repl_wire.h"
 #include "ring.h"
@@ -208,12 +209,17 @@ struct peer {
      * which ring generation (hand-off of lost partitions waits on it). */
     uint64_t ok_started_ns, ok_gen;
     bool bulk_next; /* the last round hit the symbol cap: pull a bulk */
+    /* log rate limits: still down, failed rounds */
+    log_limit down_log, round_log;
+    uint32_t down_attempts; /* failed dials since it went down */
+    const char *down_why;   /* the reason last logged (a static string) */
     struct round round;
     struct pstats st;
 };
 
 struct repl {
     repl_options o;
+    log_limit refused_log; /* incoming handshakes refused */
     char *secret;
     char *listen;
     store *s;
@@ -355,7 +361,7 @@ int repl_placement_setup(struct repl *r, char *err, size_t nerr);
 /* =================================================== repl_peers.c */
 
 bool repl_peer_ready(const struct peer *p);
-void repl_peer_lost(struct peer *p);
+void repl_peer_lost(struct peer *p, const char *why);
 /* The registry client's callbacks (registry_view_fn, registry_ping_fn). */
 void repl_on_view(void *arg, const registry_member *m, size_t n,
                   const char *source);

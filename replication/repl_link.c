@@ -501,6 +501,11 @@ int repl_link_dial(struct event_base *base, const struct sockaddr *addr,
 
 /* ============================================================ queries */
 
+bool repl_link_proof_sent(const repl_link *l)
+{
+    return l->outgoing && l->state == L_PROOF;
+}
+
 bool repl_link_ready(const repl_link *l)
 {
     return l->state == L_READY;

@@ -157,6 +157,10 @@ int repl_link_send_now(repl_link *l, uint8_t type, const uint8_t *payload,
 /* True once the handshake succeeded (and until the link closes). */
 bool repl_link_ready(const repl_link *l);
 
+/* True on a dialled link that sent its proof and awaits the answer: the
+ * other side closing it now has refused the proof (a different secret). */
+bool repl_link_proof_sent(const repl_link *l);
+
 /* The node id the other side presented (proved once ready), 0 before. */
 uint32_t repl_link_peer_id(const repl_link *l);
 

@@ -20,11 +20,32 @@ bool repl_peer_ready(const struct peer *p)
     return p->conn && repl_link_ready(p->conn->link);
 }
 
-/* An outgoing connection is gone: fail its round, retry after a backoff. */
-void repl_peer_lost(struct peer *p)
+/*
+ * An outgoing connection is gone (why: the reason, for the log): fail its
+ * round, retry after a backoff. A peer that was up is logged down once;
+ * one that stays down is logged again at most every 30 s.
+ */
+void repl_peer_lost(struct peer *p, const char *why)
 {
     if (p->round.active)
         repl_round_fail(p, "connection closed");
+    if (p->self) {
+        /* our own address: not a peer, nothing to report */
+    } else if (p->down_since_ns == 0 || why != p->down_why) {
+        if (p->down_since_ns == 0)
+            p->down_attempts = 0;
+        LOG(LOG_LEVEL_WARN, "repl", "peer %s (node %u) %s: %s", p->name,
+            (unsigned)p->node_id,
+            p->down_since_ns == 0 ? "down" : "still down", why);
+        p->down_why = why;
+        p->down_log.next_ns = 0;
+        log_limit_pass(&p->down_log, 30000, NULL);
+    } else if (log_limit_pass(&p->down_log, 30000, NULL)) {
+        LOG(LOG_LEVEL_WARN, "repl",
+            "peer %s (node %u) still down after %u attempts: %s", p->name,
+            (unsigned)p->node_id, (unsigned)p->down_attempts + 1, why);
+    }
+    p->down_attempts++;
     /* Stores the stats reader may see: atomic (it only tests them). */
     __atomic_store_n(&p->conn, NULL, __ATOMIC_RELAXED);
     p->connecting = false;

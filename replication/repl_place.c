@@ -199,6 +199,14 @@ void repl_ring_refresh(struct repl *r, uint64_t now)
     r->ring_changed_ns = now;
     r->ring_gen++;
     PST_ADD(&r->st, ring_changes, 1);
+    size_t nown = 0;
+    for (uint32_t p = 0; p < r->P; p++)
+        nown += r->owned[p] ? 1 : 0;
+    LOG(LOG_LEVEL_INFO, "ring",
+        "ring changed (generation %llu): %zu members, this node owns %zu of "
+        "%u partitions",
+        (unsigned long long)r->ring_gen, ring_size(r->ring), nown,
+        (unsigned)r->P);
     route_publish(r);
 }
 

@@ -46,7 +46,12 @@ static void round_abandon(struct peer *p)
 
 void repl_round_fail(struct peer *p, const char *why)
 {
-    (void)why;
+    uint32_t held = 0;
+    if (log_limit_pass(&p->round_log, 10000, &held))
+        LOG(LOG_LEVEL_WARN, "repl",
+            "round with peer %s (node %u) failed: %s; %u more failed "
+            "rounds since the last such line",
+            p->name, (unsigned)p->node_id, why, (unsigned)held);
     PST_ADD(&p->st, rounds_failed, 1);
     round_abandon(p);
 }
@@ -59,6 +64,13 @@ static void round_done(struct peer *p)
     PST_SET(&p->st, last_success, repl_wall_s());
     PST_SET(&p->st, last_round_symbols, rd->ndiffs);
     PST_SET(&p->st, last_round_us, (repl_now_ns() - rd->started_ns) / 1000);
+    if (rd->bulk)
+        LOG(LOG_LEVEL_INFO, "repl",
+            "bulk transfer from peer %s (node %u) done in %.2f s: %llu "
+            "mutations applied so far from it",
+            p->name, (unsigned)p->node_id,
+            (double)(repl_now_ns() - rd->started_ns) / 1e9,
+            (unsigned long long)PST_GET(&p->st, mutations_fetched));
     /* Under an unchanged ring, the peer now holds everything we held in
      * these partitions when the round began (unless it was a bulk pull),
      * and we hold everything it held. */
@@ -253,6 +265,11 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
         rd->bulk = true;
         p->bulk_next = false;
         PST_ADD(&p->st, bulk_transfers, 1);
+        LOG(LOG_LEVEL_INFO, "repl",
+            "bulk transfer from peer %s (node %u): it holds %lld "
+            "mutations, this node %lld",
+            p->name, (unsigned)p->node_id, (long long)rsize,
+            (long long)rd->own_size);
         return repl_conn_send(p->conn, REPL_MSG_BULK_REQ, 0);
     }
     /* Symbol 0's counts bound the difference from below: past what the

@@ -28,6 +28,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "log.h"
 #include "options.h"
 #include "proto.h"
 #include "stats_registry.h"
@@ -151,9 +152,9 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd,
         ssize_t n = send(fd, too_many, sizeof(too_many) - 1,
                          MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)n;
-        if (d.opts.verbosity > 0) {
-            fprintf(stderr, "Too many open connections\n");
-        }
+        LOG(LOG_LEVEL_WARN, "main",
+            "too many open connections (maxconns %llu): refused one",
+            (unsigned long long)d.opts.maxconns);
         close(fd);
         return;
     }
@@ -182,10 +183,8 @@ static void accept_error_cb(struct evconnlistener *l, void *arg)
 {
     int err = EVUTIL_SOCKET_ERROR();
     (void)arg;
-    if (d.opts.verbosity > 0) {
-        fprintf(stderr, "%s: accept: %s\n", prog,
-                evutil_socket_error_to_string(err));
-    }
+    LOG(LOG_LEVEL_WARN, "main", "accept: %s",
+        evutil_socket_error_to_string(err));
     if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
         struct timeval pause = {0, 100 * 1000};
         STATS_CONN_ADD(listen_disabled_num, 1);
@@ -558,10 +557,7 @@ static void hup_cb(evutil_socket_t sig, short what, void *arg)
     (void)sig;
     (void)what;
     (void)arg;
-    if (d.opts.verbosity > 0) {
-        fprintf(stderr, "%s: SIGHUP: nothing to reopen, still serving\n",
-                prog);
-    }
+    LOG(LOG_LEVEL_INFO, "main", "SIGHUP: nothing to reopen, still serving");
 }
 
 /*
@@ -604,9 +600,8 @@ static void warn_ignored(void)
                               (unsigned long long)o->udpport);
     }
     if (n > 0) {
-        fprintf(stderr,
-                "%s: memcached options accepted with no effect here:%s\n",
-                prog, line);
+        LOG(LOG_LEVEL_WARN, "main",
+            "memcached options accepted with no effect here:%s", line);
     }
 }
 
@@ -629,10 +624,8 @@ static void drop_privileges(void)
         die(EXIT_STARTUP, "-u %s: cannot drop privileges: %s", d.opts.user,
             strerror(errno));
     }
-    if (d.opts.verbosity > 0) {
-        fprintf(stderr, "%s: running as %s (uid %u)\n", prog, pw->pw_name,
-                (unsigned)pw->pw_uid);
-    }
+    LOG(LOG_LEVEL_INFO, "main", "running as %s (uid %u)", pw->pw_name,
+        (unsigned)pw->pw_uid);
 }
 
 /* Sets RLIMIT_NOFILE's soft limit (and the hard one, if below) to n. */
@@ -681,9 +674,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
     (void)arg;
-    if (d.opts.verbosity > 0) {
-        fprintf(stderr, "%s: signal %d, shutting down\n", prog, (int)sig);
-    }
+    LOG(LOG_LEVEL_INFO, "main", "signal %d, shutting down", (int)sig);
     event_base_loopbreak(d.base);
 }
 
@@ -703,9 +694,7 @@ static void shutdown_cb(evutil_socket_t fd, short what, void *arg)
     (void)n;
     (void)what;
     (void)arg;
-    if (d.opts.verbosity > 0) {
-        fprintf(stderr, "%s: shutdown requested by a client\n", prog);
-    }
+    LOG(LOG_LEVEL_INFO, "main", "shutdown requested by a client");
     event_base_loopbreak(d.base);
 }
 
@@ -888,11 +877,28 @@ static void start(void)
     write_pidfile();
     write_port_file();
     drop_privileges();
-    if (d.opts.verbosity > 0) {
-        fprintf(stderr, "%s %s: %u threads, listening on %s\n", prog,
-                RIBLTCACHE_VERSION, (unsigned)ws.nthreads,
-                d.opts.domain_socket ? d.opts.domain_socket : d.opts.inter);
-    }
+    if (d.opts.domain_socket)
+        LOG(LOG_LEVEL_INFO, "main",
+            "%s %s: node %llu, listening on unix socket %s, %llu MB, %u "
+            "threads",
+            prog, RIBLTCACHE_VERSION, (unsigned long long)d.opts.node_id,
+            d.opts.domain_socket, (unsigned long long)(d.opts.maxbytes >> 20),
+            (unsigned)ws.nthreads);
+    else
+        LOG(LOG_LEVEL_INFO, "main",
+            "%s %s: node %llu, listening on %s port %llu, %llu MB, %u "
+            "threads; peers: %s%s%s%s",
+            prog, RIBLTCACHE_VERSION, (unsigned long long)d.opts.node_id,
+            d.opts.inter, (unsigned long long)d.opts.tcpport,
+            (unsigned long long)(d.opts.maxbytes >> 20), (unsigned)ws.nthreads,
+            d.opts.repl_port == 0 ? "none (replication off)"
+            : d.opts.peers        ? d.opts.peers
+                                  : "",
+            d.opts.repl_port != 0 && d.opts.registry ? " registry " : "",
+            d.opts.repl_port != 0 && d.opts.registry ? d.opts.registry : "",
+            d.opts.repl_port != 0 && !d.opts.peers && !d.opts.registry
+                ? "none configured"
+                : "");
 }
 
 static void stop(void)
@@ -959,6 +965,17 @@ int main(int argc, char **argv)
         options_free(&d.opts);
         return 0;
     }
+    int level = log_level_parse(d.opts.log_level);
+    if (level < 0) {
+        fprintf(stderr,
+                "%s: log_level '%s': expected error, warn, info or debug\n",
+                prog, d.opts.log_level ? d.opts.log_level : "");
+        options_free(&d.opts);
+        return OPTIONS_EXIT_USAGE;
+    }
+    if (d.opts.verbosity > 0 && level < LOG_LEVEL_WARN + (int)d.opts.verbosity)
+        level = LOG_LEVEL_WARN + (int)d.opts.verbosity;
+    log_setup(prog, level, d.opts.log_syslog);
     if (d.opts.auth_enabled_sasl && load_sasl(d.opts.sasl_file) != 0) {
         options_free(&d.opts);
         return OPTIONS_EXIT_USAGE;

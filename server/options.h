@@ -109,7 +109,11 @@ enum options_proto {
     X(item_size_max, 'I', "max-item-size", OPTIONS_SIZE, "1m", OPTIONS_KB,    \
       1024 * OPTIONS_MB, "largest item stored (k/m suffix, 1k..1024m)")       \
     X(verbosity, 'v', "verbose", OPTIONS_VERB, "0", 0, 3,                     \
-      "log to stderr: -v start-up and errors, -vv connections too")           \
+      "log more: -v info (start-up, peers, rounds), -vv debug (connections)") \
+    X(log_level, 0, "log-level", OPTIONS_STR, "warn", 0, 0,                   \
+      "lowest level logged: error, warn, info or debug (-v raises it)")       \
+    X(log_syslog, 0, "log-syslog", OPTIONS_BOOL_ON, "no", 0, 0,               \
+      "log to syslog (facility daemon) instead of stderr")                    \
     X(flush_enabled, 'F', "disable-flush-all", OPTIONS_BOOL_OFF, "yes", 0, 0, \
       "flush_all allowed (the flag disables it)")                             \
     X(shutdown_command, 'A', "enable-shutdown", OPTIONS_BOOL_ON, "no", 0, 0,  \

@@ -1,0 +1,76 @@
+"""What the log tells an operator about replication. Every line carries a
+UTC timestamp, the process, a level and a subsystem. At -v a node's
+start-up line names its version, node id, port, memory, threads and peers.
+A node with the wrong cluster secret is refused, and both sides say so; a
+peer that dies is logged down with the reason once (not once per
+reconnect attempt), and up again when it returns."""
+
+import re
+import time
+import unittest
+
+import cluster
+from cluster import Cluster, wait_until
+
+LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ribltcached\[\d+\] "
+                  r"(error|warn|info|debug) [a-z]+: ")
+
+
+def lines(node, text):
+    return [ln for ln in node.stderr().splitlines() if text in ln]
+
+
+class Logs(unittest.TestCase):
+    def test_refusal_down_and_up(self):
+        with Cluster(3, extra={"verbosity": 1}) as cl:
+            self.assertTrue(cl.wait_connected(), cl.logs())
+            log1 = cl[0].stderr()
+            start = [ln for ln in log1.splitlines() if "listening on" in ln]
+            self.assertEqual(len(start), 1, log1)
+            self.assertRegex(start[0], LINE)
+            self.assertIn("node 1,", start[0])
+            self.assertIn("port %d" % cl[0].port, start[0])
+            self.assertIn("127.0.0.1:%d" % cl[1].repl_port, start[0])
+            self.assertTrue(lines(cl[0], "up"), log1)
+
+            # Node 3 dies: its peers log it down once, with the reason,
+            # however many times they redial it meanwhile.
+            cl[2].sigkill()
+            self.assertTrue(wait_until(
+                lambda: lines(cl[0], "(node 3) down:"), 10), cl.logs())
+            time.sleep(1.0)  # about 40 redials at the fast retry
+            down = lines(cl[0], "(node 3) down:")
+            self.assertEqual(len(down), 1, cl.logs())
+            self.assertRegex(down[0], LINE)
+            cl[2].start()
+            self.assertTrue(wait_until(
+                lambda: lines(cl[0], "(node 3) up after"), 20), cl.logs())
+
+    def test_wrong_secret_refused_both_sides(self):
+        def extra_for(i):
+            return {"cluster_secret": "not-the-cluster-secret"} if i == 1 \
+                else {}
+        cl = Cluster(2, extra={"verbosity": 1})
+        settings = cl.settings
+
+        def patched(i, client_ports, peer_ports):
+            s = settings(i, client_ports, peer_ports)
+            s.update(extra_for(i))
+            return s
+        cl.settings = patched
+        with cl:
+            ok = wait_until(
+                lambda: lines(cl[0], "refused an incoming peer connection")
+                and lines(cl[1], "handshake proof refused")
+                and lines(cl[0], "handshake proof refused")
+                and lines(cl[1], "refused an incoming peer connection"),
+                15)
+            self.assertTrue(ok, cl.logs())
+            for node in cl.nodes:
+                for ln in node.stderr().splitlines():
+                    if "repl:" in ln:
+                        self.assertRegex(ln, LINE)
+
+
+if __name__ == "__main__":
+    cluster.main()
