@@ -38,6 +38,7 @@ struct repl_link {
     bool outgoing;
     enum link_state state;
     repl_auth auth;
+    repl_mac *mac; /* the session key's HMAC context, once derived */
     uint64_t seq_out, seq_in;
     bool read_paused; /* output over the high water: not reading */
     bool closing;     /* close once the output is sent */
@@ -79,8 +80,19 @@ static void set_nodelay(evutil_socket_t fd)
 
 /* ========================================================== lifecycle */
 
+/* Derives the session key and keeps its HMAC context. */
+static int link_derive(repl_link *l)
+{
+    if (repl_wire_derive(&l->auth) != REPL_WIRE_OK)
+        return -1;
+    repl_mac_destroy(l->mac);
+    l->mac = repl_mac_create(l->auth.session_key);
+    return l->mac ? 0 : -1;
+}
+
 static void link_free(repl_link *l)
 {
+    repl_mac_destroy(l->mac);
     bufferevent_free(l->bev);
     free(l);
 }
@@ -128,10 +140,12 @@ void repl_link_close(repl_link *l)
 static int link_queue(repl_link *l, uint8_t type, const uint8_t *payload,
                       uint32_t len)
 {
-    const uint8_t *key = NULL;
+    repl_mac *mac = NULL;
     uint64_t seq = 0;
     if (type != REPL_MSG_HELLO && type != REPL_MSG_CHALLENGE) {
-        key = l->auth.session_key;
+        if (!l->mac)
+            return REPL_LINK_ERR_STATE;
+        mac = l->mac;
         seq = l->seq_out;
     }
     if (len > REPL_WIRE_MAX_PAYLOAD)
@@ -142,14 +156,14 @@ static int link_queue(repl_link *l, uint8_t type, const uint8_t *payload,
     if (evbuffer_reserve_space(out, (ev_ssize_t)size, &v, 1) != 1 ||
         v.iov_len < size)
         return REPL_LINK_ERR_FRAME;
-    long n =
-        repl_wire_build(v.iov_base, v.iov_len, type, seq, payload, len, key);
+    long n = repl_wire_build_mac(v.iov_base, v.iov_len, type, seq, payload,
+                                 len, mac);
     if (n < 0)
         return REPL_LINK_ERR_FRAME;
     v.iov_len = (size_t)n;
     if (evbuffer_commit_space(out, &v, 1) != 0)
         return REPL_LINK_ERR_FRAME;
-    if (key)
+    if (mac)
         l->seq_out++;
     count(l->o.bytes_sent, (uint64_t)n);
     return REPL_LINK_OK;
@@ -188,8 +202,9 @@ int repl_link_send_now(repl_link *l, uint8_t type, const uint8_t *payload,
     uint8_t *frame = malloc(size);
     if (!frame)
         return REPL_LINK_ERR_NOMEM;
-    long n = repl_wire_build(frame, size, type, l->seq_out, payload, len,
-                             l->auth.session_key);
+    long n = l->mac ? repl_wire_build_mac(frame, size, type, l->seq_out,
+                                          payload, len, l->mac)
+                    : REPL_WIRE_ERR_CRYPTO;
     int rc = REPL_LINK_ERR_FRAME;
     if (n > 0) {
         l->seq_out++;
@@ -260,7 +275,7 @@ static int handshake(repl_link *l, const repl_frame *f)
         if (l->outgoing) {
             l->auth.server_node = node;
             memcpy(l->auth.server_nonce, f->payload + 4, REPL_WIRE_NONCE);
-            if (repl_wire_derive(&l->auth) != REPL_WIRE_OK)
+            if (link_derive(l) != 0)
                 return REPL_LINK_CLOSED_AUTH;
             l->state = L_PROOF;
             return send_proof(l, REPL_MSG_PROOF, 0) == 0
@@ -271,7 +286,7 @@ static int handshake(repl_link *l, const repl_frame *f)
         l->auth.server_node = l->o.node_id;
         memcpy(l->auth.client_nonce, f->payload + 4, REPL_WIRE_NONCE);
         if (repl_wire_nonce(l->auth.server_nonce) != REPL_WIRE_OK ||
-            repl_wire_derive(&l->auth) != REPL_WIRE_OK)
+            link_derive(l) != 0)
             return REPL_LINK_CLOSED_AUTH;
         l->state = L_PROOF;
         return send_hello(l, REPL_MSG_CHALLENGE, l->auth.server_nonce) == 0
@@ -322,10 +337,13 @@ static void link_read(repl_link *l)
         if (avail < need)
             return;
         uint8_t *buf = evbuffer_pullup(in, (ev_ssize_t)need);
-        const uint8_t *key = l->state == L_HELLO ? NULL : l->auth.session_key;
+        repl_mac *mac = l->state == L_HELLO ? NULL : l->mac;
         repl_frame f;
         size_t used = 0;
-        int rc = repl_wire_parse(buf, need, key, l->seq_in, cap, &f, &used);
+        int rc = l->state != L_HELLO && !mac
+                     ? REPL_WIRE_ERR_AUTH
+                     : repl_wire_parse_mac(buf, need, mac, l->seq_in, cap, &f,
+                                           &used);
         if (rc == REPL_WIRE_NEED_MORE)
             return;
         if (rc != REPL_WIRE_OK) {
@@ -333,7 +351,7 @@ static void link_read(repl_link *l)
                                                  : REPL_LINK_CLOSED_BAD_FRAME);
             return;
         }
-        if (key)
+        if (mac)
             l->seq_in++;
         count(l->o.bytes_recv, used);
         int why = 0;

@@ -4,8 +4,11 @@
  */
 #include "repl_wire.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -123,20 +126,78 @@ static bool is_handshake(uint8_t type)
     return type == REPL_MSG_HELLO || type == REPL_MSG_CHALLENGE;
 }
 
-static int tag_of(const uint8_t *key, const uint8_t *data, size_t n,
+struct repl_mac {
+    EVP_MAC_CTX *ctx;
+};
+
+static EVP_MAC *hmac_alg;
+static pthread_once_t hmac_once = PTHREAD_ONCE_INIT;
+
+static void hmac_fetch(void)
+{
+    hmac_alg = EVP_MAC_fetch(NULL, "HMAC", NULL);
+}
+
+repl_mac *repl_mac_create(const uint8_t key[32])
+{
+    pthread_once(&hmac_once, hmac_fetch);
+    if (!hmac_alg)
+        return NULL;
+    repl_mac *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NULL;
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+        OSSL_PARAM_construct_end(),
+    };
+    m->ctx = EVP_MAC_CTX_new(hmac_alg);
+    if (!m->ctx || !EVP_MAC_init(m->ctx, key, 32, params)) {
+        repl_mac_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+void repl_mac_destroy(repl_mac *m)
+{
+    if (!m)
+        return;
+    EVP_MAC_CTX_free(m->ctx);
+    free(m);
+}
+
+/* The key a frame is tagged with: a raw key (one-shot HMAC) or a kept
+ * context; neither: a handshake frame. */
+struct keying {
+    const uint8_t *key;
+    repl_mac *mac;
+};
+
+static int tag_of(struct keying k, const uint8_t *data, size_t n,
                   uint8_t out[REPL_WIRE_TAG])
 {
+    if (k.mac) {
+        size_t outlen = 0;
+        if (!EVP_MAC_init(k.mac->ctx, NULL, 0, NULL) ||
+            !EVP_MAC_update(k.mac->ctx, data, n) ||
+            !EVP_MAC_final(k.mac->ctx, out, &outlen, REPL_WIRE_TAG) ||
+            outlen != REPL_WIRE_TAG)
+            return REPL_WIRE_ERR_CRYPTO;
+        return REPL_WIRE_OK;
+    }
     unsigned int outlen = 0;
-    if (!HMAC(EVP_sha256(), key, 32, data, n, out, &outlen) ||
+    if (!HMAC(EVP_sha256(), k.key, 32, data, n, out, &outlen) ||
         outlen != REPL_WIRE_TAG)
         return REPL_WIRE_ERR_CRYPTO;
     return REPL_WIRE_OK;
 }
 
-int repl_wire_parse(const uint8_t *buf, size_t len, const uint8_t *key,
-                    uint64_t expect_seq, uint32_t max_payload, repl_frame *out,
-                    size_t *used)
+static int parse(const uint8_t *buf, size_t len, struct keying k,
+                 uint64_t expect_seq, uint32_t max_payload, repl_frame *out,
+                 size_t *used)
 {
+    bool keyed = k.key != NULL || k.mac != NULL;
     if (len < REPL_WIRE_HEADER)
         return REPL_WIRE_NEED_MORE;
     if (buf[0] != 'R' || buf[1] != 'B' || buf[2] != REPL_WIRE_VERSION)
@@ -152,7 +213,7 @@ int repl_wire_parse(const uint8_t *buf, size_t len, const uint8_t *key,
     if (len < total)
         return REPL_WIRE_NEED_MORE;
     const uint8_t *tag = buf + REPL_WIRE_HEADER + length;
-    if (key == NULL) {
+    if (!keyed) {
         static const uint8_t zero[REPL_WIRE_TAG];
         if (!is_handshake(type) || memcmp(tag, zero, REPL_WIRE_TAG) != 0)
             return REPL_WIRE_ERR_AUTH;
@@ -160,14 +221,14 @@ int repl_wire_parse(const uint8_t *buf, size_t len, const uint8_t *key,
         uint8_t want[REPL_WIRE_TAG];
         if (is_handshake(type))
             return REPL_WIRE_ERR_AUTH;
-        if (tag_of(key, buf, REPL_WIRE_HEADER + length, want) != REPL_WIRE_OK)
+        if (tag_of(k, buf, REPL_WIRE_HEADER + length, want) != REPL_WIRE_OK)
             return REPL_WIRE_ERR_CRYPTO;
         if (CRYPTO_memcmp(want, tag, REPL_WIRE_TAG) != 0)
             return REPL_WIRE_ERR_AUTH;
     }
     uint64_t seq = repl_wire_get_u64(buf + 8);
     /* Authenticated frames must arrive in order, each exactly once. */
-    if (key != NULL && seq != expect_seq)
+    if (keyed && seq != expect_seq)
         return REPL_WIRE_ERR_AUTH;
     out->type = type;
     out->length = length;
@@ -177,9 +238,24 @@ int repl_wire_parse(const uint8_t *buf, size_t len, const uint8_t *key,
     return REPL_WIRE_OK;
 }
 
-long repl_wire_build(uint8_t *out, size_t cap, uint8_t type, uint64_t seq,
-                     const uint8_t *payload, uint32_t length,
-                     const uint8_t *key)
+int repl_wire_parse(const uint8_t *buf, size_t len, const uint8_t *key,
+                    uint64_t expect_seq, uint32_t max_payload, repl_frame *out,
+                    size_t *used)
+{
+    struct keying k = {key, NULL};
+    return parse(buf, len, k, expect_seq, max_payload, out, used);
+}
+
+int repl_wire_parse_mac(const uint8_t *buf, size_t len, repl_mac *mac,
+                        uint64_t expect_seq, uint32_t max_payload,
+                        repl_frame *out, size_t *used)
+{
+    struct keying k = {NULL, mac};
+    return parse(buf, len, k, expect_seq, max_payload, out, used);
+}
+
+static long build(uint8_t *out, size_t cap, uint8_t type, uint64_t seq,
+                  const uint8_t *payload, uint32_t length, struct keying k)
 {
     if (length > REPL_WIRE_MAX_PAYLOAD)
         return REPL_WIRE_ERR_TOO_BIG;
@@ -196,13 +272,29 @@ long repl_wire_build(uint8_t *out, size_t cap, uint8_t type, uint64_t seq,
     if (length > 0 && payload != out + REPL_WIRE_HEADER)
         memmove(out + REPL_WIRE_HEADER, payload, length);
     uint8_t *tag = out + REPL_WIRE_HEADER + length;
-    if (key == NULL) {
+    if (k.key == NULL && k.mac == NULL) {
         memset(tag, 0, REPL_WIRE_TAG);
-    } else if (tag_of(key, out, REPL_WIRE_HEADER + length, tag) !=
+    } else if (tag_of(k, out, REPL_WIRE_HEADER + length, tag) !=
                REPL_WIRE_OK) {
         return REPL_WIRE_ERR_CRYPTO;
     }
     return (long)total;
+}
+
+long repl_wire_build(uint8_t *out, size_t cap, uint8_t type, uint64_t seq,
+                     const uint8_t *payload, uint32_t length,
+                     const uint8_t *key)
+{
+    struct keying k = {key, NULL};
+    return build(out, cap, type, seq, payload, length, k);
+}
+
+long repl_wire_build_mac(uint8_t *out, size_t cap, uint8_t type, uint64_t seq,
+                         const uint8_t *payload, uint32_t length,
+                         repl_mac *mac)
+{
+    struct keying k = {NULL, mac};
+    return build(out, cap, type, seq, payload, length, k);
 }
 
 /* ============================================================= records */

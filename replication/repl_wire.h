@@ -132,6 +132,28 @@ long repl_wire_build(uint8_t *out, size_t cap, uint8_t type, uint64_t seq,
                      const uint8_t *payload, uint32_t length,
                      const uint8_t *key);
 
+/*
+ * A keyed HMAC-SHA256 context for one session key, kept for the life of a
+ * connection: each frame's tag then costs a re-init with the same key and
+ * one pass over the frame, several times cheaper than a one-shot HMAC
+ * (which sets the key up, and in OpenSSL 3 fetches the algorithm, on every
+ * call). One thread at a time uses it.
+ */
+typedef struct repl_mac repl_mac;
+
+/* NULL when libcrypto cannot set the context up. */
+repl_mac *repl_mac_create(const uint8_t key[32]);
+void repl_mac_destroy(repl_mac *m);
+
+/* repl_wire_parse / repl_wire_build with the key of mac (NULL: handshake
+ * frames only, as a NULL key). Same frames, same checks. */
+int repl_wire_parse_mac(const uint8_t *buf, size_t len, repl_mac *mac,
+                        uint64_t expect_seq, uint32_t max_payload,
+                        repl_frame *out, size_t *used);
+long repl_wire_build_mac(uint8_t *out, size_t cap, uint8_t type, uint64_t seq,
+                         const uint8_t *payload, uint32_t length,
+                         repl_mac *mac);
+
 /* Size of a frame carrying a payload of n bytes. */
 static inline size_t repl_wire_frame_size(size_t n)
 {

@@ -94,6 +94,49 @@ START_TEST(test_frame_round_trip)
 }
 END_TEST
 
+/* A kept HMAC context tags exactly as the one-shot key does, frame after
+ * frame (the context is re-initialised each time, not chained). */
+START_TEST(test_frame_mac_context)
+{
+    uint8_t a[256], b[256];
+    const uint8_t payload[] = "twelve bytes";
+    repl_mac *mac = repl_mac_create(key);
+    ck_assert_ptr_nonnull(mac);
+    for (uint64_t seq = 0; seq < 3; seq++) {
+        long n = repl_wire_build(a, sizeof(a), REPL_MSG_FETCH, seq, payload,
+                                 12, key);
+        long m = repl_wire_build_mac(b, sizeof(b), REPL_MSG_FETCH, seq,
+                                     payload, 12, mac);
+        ck_assert_int_eq(n, m);
+        ck_assert_int_eq(memcmp(a, b, (size_t)n), 0);
+        repl_frame f;
+        size_t used = 0;
+        ck_assert_int_eq(
+            repl_wire_parse_mac(a, (size_t)n, mac, seq, 1024, &f, &used),
+            REPL_WIRE_OK);
+        ck_assert_int_eq(
+            repl_wire_parse_mac(a, (size_t)n, mac, seq + 1, 1024, &f, &used),
+            REPL_WIRE_ERR_AUTH);
+        a[20] ^= 1;
+        ck_assert_int_eq(
+            repl_wire_parse_mac(a, (size_t)n, mac, seq, 1024, &f, &used),
+            REPL_WIRE_ERR_AUTH);
+    }
+    uint8_t other_key[32] = {9};
+    repl_mac *other = repl_mac_create(other_key);
+    ck_assert_ptr_nonnull(other);
+    long n =
+        repl_wire_build(a, sizeof(a), REPL_MSG_FETCH, 0, payload, 12, key);
+    repl_frame f;
+    size_t used = 0;
+    ck_assert_int_eq(
+        repl_wire_parse_mac(a, (size_t)n, other, 0, 1024, &f, &used),
+        REPL_WIRE_ERR_AUTH);
+    repl_mac_destroy(other);
+    repl_mac_destroy(mac);
+}
+END_TEST
+
 START_TEST(test_handshake_frames)
 {
     uint8_t buf[128], payload[36] = {0};
@@ -254,6 +297,7 @@ static Suite *wire_suite(void)
     TCase *tc = tcase_create("wire");
     tcase_add_test(tc, test_handshake_keys);
     tcase_add_test(tc, test_frame_round_trip);
+    tcase_add_test(tc, test_frame_mac_context);
     tcase_add_test(tc, test_handshake_frames);
     tcase_add_test(tc, test_bounds_before_buffering);
     tcase_add_test(tc, test_mutation_records);
