@@ -34,7 +34,15 @@ int evloop_init(evloop *l, void (*on_stop)(void *arg), void *arg)
     l->on_stop = on_stop;
     l->arg = arg;
     l->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    l->base = event_base_new();
+    /* Precise timers (a timerfd under epoll): the push window is a
+     * fraction of a millisecond, which epoll_wait's timeout would round
+     * up to a whole one. */
+    struct event_config *cfg = event_config_new();
+    if (cfg) {
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+        l->base = event_base_new_with_config(cfg);
+        event_config_free(cfg);
+    }
     if (l->stop_fd < 0 || !l->base)
         return -1;
     l->stop_ev = event_new(l->base, l->stop_fd, EV_READ, stop_cb, l);

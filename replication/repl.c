@@ -69,6 +69,7 @@ void repl_options_default(repl_options *o)
     o->max_symbols = 262144;
     o->round_timeout_ms = 10000;
     o->push_queue = 65536;
+    o->push_delay_us = 100;
     o->item_size_max = 1024 * 1024;
     o->registries = "";
     registry_timing_default(&o->timing);
@@ -269,7 +270,8 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
     r->tick = event_new(r->loop.base, -1, 0, on_tick, r);
     r->wake = event_new(r->loop.base, r->wake_fd, EV_READ | EV_PERSIST,
                         repl_on_wake, r);
-    if (!r->tick || !r->wake) {
+    r->push_timer = evtimer_new(r->loop.base, repl_on_push_timer, r);
+    if (!r->tick || !r->wake || !r->push_timer) {
         snprintf(err, nerr, "cannot create replication events");
         goto fail;
     }
@@ -333,6 +335,8 @@ void repl_destroy(repl *r)
         event_free(r->tick);
     if (r->wake)
         event_free(r->wake);
+    if (r->push_timer)
+        event_free(r->push_timer);
     evloop_fini(&r->loop);
     if (r->wake_fd >= 0)
         close(r->wake_fd);

@@ -227,6 +227,12 @@ struct repl {
     evloop loop; /* the replication thread and its event base */
     struct evconnlistener *lis;
     struct event *tick, *wake;
+    /* push coalescing: the window's timer, the last drain (ns) and how
+     * many writes it carried */
+    struct event *push_timer;
+    bool push_armed;
+    uint64_t last_push_ns;
+    size_t last_push_n;
     int wake_fd;
     /*
      * Slots [0, npeers); registry members come and go, a removed one
@@ -347,6 +353,7 @@ int repl_on_reply(struct conn *c, const repl_frame *f);
 void repl_on_change(void *arg, store_item *it, bool origin_local);
 /* The wake event's callback: drains the push queue. */
 void repl_on_wake(evutil_socket_t fd, short what, void *arg);
+void repl_on_push_timer(evutil_socket_t fd, short what, void *arg);
 
 /* =================================================== repl_place.c */
 

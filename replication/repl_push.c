@@ -15,6 +15,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 /* ========================================================== eager push */
 
 /* Store listener: runs on client worker threads. */
@@ -101,16 +103,13 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
         push_frame(r, len, count, only);
 }
 
-void repl_on_wake(evutil_socket_t fd, short what, void *arg)
+/* Sends everything queued, in batches of up to 512 writes. */
+static void push_drain(struct repl *r)
 {
-    struct repl *r = arg;
-    (void)what;
-    uint64_t v;
-    ssize_t rn = read(fd, &v, sizeof(v));
-    (void)rn;
     size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
     if (!repl_scratch_fit(r, cap))
         return;
+    size_t total = 0;
     for (;;) {
         store_item *batch[512];
         size_t n = 0;
@@ -122,7 +121,8 @@ void repl_on_wake(evutil_socket_t fd, short what, void *arg)
         }
         pthread_mutex_unlock(&r->qlock);
         if (n == 0)
-            return;
+            break;
+        total += n;
         if (!repl_partitioned(r)) {
             push_batch(r, batch, n, NULL);
         } else {
@@ -134,4 +134,47 @@ void repl_on_wake(evutil_socket_t fd, short what, void *arg)
         for (size_t i = 0; i < n; i++)
             store_item_release(batch[i]);
     }
+    r->last_push_ns = repl_now_ns();
+    r->last_push_n = total;
+}
+
+/*
+ * The first write queued after an empty queue wakes this thread. Under a
+ * steady stream of writes (the last drain was less than two windows ago
+ * and carried few), the push waits one window (push_delay_us) so that the
+ * frame carries the writes that arrive meanwhile: one frame, one MAC and
+ * one send per peer for many writes instead of one each, and no wake-up
+ * for the workers to pay while the queue is not empty. After a quiet
+ * spell the first write is pushed at once, so a lone write is as fast as
+ * without the window.
+ */
+void repl_on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    struct repl *r = arg;
+    (void)what;
+    uint64_t v;
+    ssize_t rn = read(fd, &v, sizeof(v));
+    (void)rn;
+    if (r->push_armed)
+        return;
+    uint64_t window = (uint64_t)r->o.push_delay_us * 1000;
+    uint64_t now = repl_now_ns();
+    if (window > 0 && now - r->last_push_ns < 2 * window &&
+        r->last_push_n < 512) {
+        struct timeval tv = {0, (suseconds_t)r->o.push_delay_us};
+        if (evtimer_add(r->push_timer, &tv) == 0) {
+            r->push_armed = true;
+            return;
+        }
+    }
+    push_drain(r);
+}
+
+void repl_on_push_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct repl *r = arg;
+    (void)fd;
+    (void)what;
+    r->push_armed = false;
+    push_drain(r);
 }

@@ -476,6 +476,7 @@ static void repl_setup(void)
     ro.secret = d.opts.cluster_secret ? d.opts.cluster_secret : "";
     ro.insecure = d.opts.repl_insecure;
     ro.period_ms = (uint32_t)d.opts.repl_period_ms;
+    ro.push_delay_us = (uint32_t)d.opts.repl_push_delay_us;
     ro.max_symbols = (uint32_t)d.opts.repl_max_symbols;
     ro.round_timeout_ms = (uint32_t)d.opts.repl_round_timeout_ms;
     ro.push_queue = (uint32_t)d.opts.repl_push_queue;

@@ -208,6 +208,10 @@ enum options_proto {
       "10000", 1, 3600000, "a round taking longer fails")                     \
     X(repl_push_queue, 0, "repl-push-queue", OPTIONS_UINT, "65536", 1,        \
       4294967295ULL, "fresh writes waiting for eager push, cap")              \
+    X(repl_push_delay_us, 0, "repl-push-delay-us", OPTIONS_UINT, "100", 0,    \
+      100000,                                                                 \
+      "under a steady stream of writes, microseconds a push waits to carry"   \
+      " more (0 = push each wake-up at once)")                                \
     X(replicas, 0, "replicas", OPTIONS_UINT, "0", 0, 1024,                    \
       "copies of each key (0 = every node holds every key)")                  \
     X(ring_partitions, 0, "ring-partitions", OPTIONS_UINT, "1024", 1, 65536,  \

@@ -2732,7 +2732,8 @@ static void sum_parts(store *s, const uint64_t *bits, size_t offset,
     int64_t total = 0;
     size_t held = 0;
 
-    memset(out, 0, n * sizeof(*out));
+    if (n != 0)
+        memset(out, 0, n * sizeof(*out));
     pthread_mutex_lock(&s->set_lock);
     for (uint32_t p = 0; p < s->nparts; p++) {
         if (!bit_has(bits, p))
