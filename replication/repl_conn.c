@@ -104,6 +104,8 @@ static const char *close_reason(int why, const repl_link *l)
         return "malformed frame";
     case REPL_LINK_CLOSED_SELF:
         return "our own address";
+    case REPL_LINK_CLOSED_DUPLICATE:
+        return "it has our node_id (two nodes with one node_id: refused)";
     default:
         return "closed here";
     }
@@ -143,6 +145,20 @@ static void conn_closed(void *arg, repl_link *l, int why)
         if (c->outgoing)
             __atomic_store_n(&c->peer->self, true, __ATOMIC_RELAXED);
         break;
+    case REPL_LINK_CLOSED_DUPLICATE: {
+        /* Two nodes with one node_id would take each other for self and
+         * never reconcile: refused on both sides, loudly. */
+        uint32_t held = 0;
+        PST_ADD(&r->st, duplicate_node_id, 1);
+        if (log_limit_pass(&r->duplicate_log, 10000, &held))
+            LOG(LOG_LEVEL_ERROR, "repl",
+                "%s peer connection refused: the other node has our "
+                "node_id %u; give every node its own node_id (%u more "
+                "since the last such line)",
+                c->outgoing ? "outgoing" : "incoming", (unsigned)r->o.node_id,
+                (unsigned)held);
+        break;
+    }
     default:
         break;
     }

@@ -113,6 +113,7 @@ struct pstats {
     X(bad_frames)                                                             \
     X(auth_failures)                                                          \
     X(incoming_refused)                                                       \
+    X(duplicate_node_id)                                                      \
     X(push_queue_dropped)                                                     \
     X(encoder_builds)                                                         \
     X(served_bytes_sent)                                                      \
@@ -219,7 +220,8 @@ struct peer {
 
 struct repl {
     repl_options o;
-    log_limit refused_log; /* incoming handshakes refused */
+    log_limit refused_log;   /* incoming handshakes refused */
+    log_limit duplicate_log; /* links refused for a duplicate node id */
     char *secret;
     char *listen;
     store *s;

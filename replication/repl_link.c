@@ -42,6 +42,8 @@ struct repl_link {
     uint64_t seq_out, seq_in;
     bool read_paused; /* output over the high water: not reading */
     bool closing;     /* close once the output is sent */
+    int closing_why;  /* and report this (REPL_LINK_CLOSED_SELF or _DUPLICATE)
+                       */
     bool dead;        /* closed() ran; freed when no callback is running */
     int busy;         /* depth of this link's bufferevent callbacks */
 };
@@ -259,15 +261,24 @@ static int handshake(repl_link *l, const repl_frame *f)
         uint32_t node = repl_wire_get_u32(f->payload);
         if (l->o.detect_self && node == l->o.node_id) {
             /*
-             * Our own address. The dialling side learns it from the
-             * CHALLENGE carrying its own id; the answering side still
-             * sends that CHALLENGE, then closes once it is out.
+             * Our own id at the other end: this very process (our own
+             * address in the peer list) when the nonce is one of ours,
+             * otherwise another node configured with the same node id,
+             * which is refused. The dialling side learns it from the
+             * CHALLENGE carrying the id; the answering side still sends
+             * that CHALLENGE, with a nonce of its own, then closes once
+             * it is out, so both sides can tell and say which it was.
              */
+            int why = repl_wire_nonce_ours(f->payload + 4)
+                          ? REPL_LINK_CLOSED_SELF
+                          : REPL_LINK_CLOSED_DUPLICATE;
             if (l->outgoing)
-                return REPL_LINK_CLOSED_SELF;
-            if (send_hello(l, REPL_MSG_CHALLENGE, l->auth.client_nonce) != 0)
-                return REPL_LINK_CLOSED_SELF;
+                return why;
+            if (repl_wire_nonce(l->auth.server_nonce) != REPL_WIRE_OK ||
+                send_hello(l, REPL_MSG_CHALLENGE, l->auth.server_nonce) != 0)
+                return why;
             l->closing = true;
+            l->closing_why = why;
             return 0;
         }
         if (l->ops->check_id && !l->ops->check_id(l->arg, node))
@@ -398,7 +409,7 @@ static void on_write(struct bufferevent *bev, void *arg)
     l->busy++;
     if (l->closing) {
         if (evbuffer_get_length(out) == 0)
-            link_kill(l, REPL_LINK_CLOSED_SELF);
+            link_kill(l, l->closing_why);
         link_leave(l);
         return;
     }
@@ -432,8 +443,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         if (send_first_hello(l) != 0)
             link_kill(l, REPL_LINK_CLOSED_LOCAL);
     } else if (what & (BEV_EVENT_ERROR | BEV_EVENT_EOF | BEV_EVENT_TIMEOUT)) {
-        link_kill(l,
-                  l->closing ? REPL_LINK_CLOSED_SELF : REPL_LINK_CLOSED_NET);
+        link_kill(l, l->closing ? l->closing_why : REPL_LINK_CLOSED_NET);
     }
     link_leave(l);
 }

@@ -47,7 +47,8 @@ enum repl_link_why {
     REPL_LINK_CLOSED_AUTH,      /* handshake refused, or a tag or seq bad */
     REPL_LINK_CLOSED_BAD_FRAME, /* malformed frame, or frame() < 0 */
     REPL_LINK_CLOSED_QUIET,     /* frame() > 0: the owner asked for it */
-    REPL_LINK_CLOSED_SELF,      /* the other side has our node id */
+    REPL_LINK_CLOSED_SELF,      /* the other side is this very process */
+    REPL_LINK_CLOSED_DUPLICATE, /* another process has our node id */
 };
 
 typedef struct repl_link repl_link;

@@ -66,10 +66,41 @@ uint64_t repl_wire_get_u64(const uint8_t *p)
 
 /* =========================================================== handshake */
 
+static uint8_t nonce_key[32];
+static bool nonce_key_ok;
+static pthread_once_t nonce_once = PTHREAD_ONCE_INIT;
+
+static void nonce_key_init(void)
+{
+    nonce_key_ok = RAND_bytes(nonce_key, sizeof(nonce_key)) == 1;
+}
+
+/* The tag half of a nonce from its random half. */
+static bool nonce_tag(const uint8_t *random_half, uint8_t tag[32])
+{
+    unsigned int outlen = 0;
+    pthread_once(&nonce_once, nonce_key_init);
+    return nonce_key_ok &&
+           HMAC(EVP_sha256(), nonce_key, sizeof(nonce_key), random_half,
+                REPL_WIRE_NONCE / 2, tag, &outlen) != NULL &&
+           outlen == 32;
+}
+
 int repl_wire_nonce(uint8_t out[REPL_WIRE_NONCE])
 {
-    return RAND_bytes(out, REPL_WIRE_NONCE) == 1 ? REPL_WIRE_OK
-                                                 : REPL_WIRE_ERR_CRYPTO;
+    uint8_t tag[32];
+    if (RAND_bytes(out, REPL_WIRE_NONCE / 2) != 1 || !nonce_tag(out, tag))
+        return REPL_WIRE_ERR_CRYPTO;
+    memcpy(out + REPL_WIRE_NONCE / 2, tag, REPL_WIRE_NONCE / 2);
+    return REPL_WIRE_OK;
+}
+
+bool repl_wire_nonce_ours(const uint8_t nonce[REPL_WIRE_NONCE])
+{
+    uint8_t tag[32];
+    return nonce_tag(nonce, tag) &&
+           CRYPTO_memcmp(tag, nonce + REPL_WIRE_NONCE / 2,
+                         REPL_WIRE_NONCE / 2) == 0;
 }
 
 /*

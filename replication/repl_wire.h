@@ -96,8 +96,18 @@ typedef struct repl_auth {
     uint8_t session_key[32];
 } repl_auth;
 
-/* Fills a nonce from the kernel's random source. */
+/*
+ * Fills a nonce: 16 bytes from the kernel's random source, then 16 bytes
+ * of HMAC-SHA256 of those under a key this process drew at random, so
+ * that the process, and only it, can tell its own nonces
+ * (repl_wire_nonce_ours). That is how a node that meets its own node id
+ * at the other end of a link tells its own address (the same process)
+ * from another node configured with the same id.
+ */
 int repl_wire_nonce(uint8_t out[REPL_WIRE_NONCE]);
+
+/* True if this process made the nonce with repl_wire_nonce. */
+bool repl_wire_nonce_ours(const uint8_t nonce[REPL_WIRE_NONCE]);
 
 /*
  * Derives the session key and the two proofs from the secret, both nonces

@@ -71,6 +71,38 @@ class Logs(unittest.TestCase):
                     if "repl:" in ln:
                         self.assertRegex(ln, LINE)
 
+    def test_duplicate_node_id_refused(self):
+        # Node 3 is misconfigured with node 1's id. Before, each took the
+        # other for its own address and the two never reconciled; now
+        # both refuse the link, say why, and count it.
+        cl = Cluster(3, extra={"verbosity": 1})
+        settings = cl.settings
+
+        def patched(i, client_ports, peer_ports):
+            s = settings(i, client_ports, peer_ports)
+            if i == 2:
+                s["node_id"] = 1
+            return s
+        cl.settings = patched
+        with cl:
+            text = "the other node has our node_id 1"
+            ok = wait_until(
+                lambda: lines(cl[0], text) and lines(cl[2], text), 15)
+            self.assertTrue(ok, cl.logs())
+            def selfs(node):
+                return [k for k, v in node.repl_stats().items()
+                        if k.endswith(":state") and v == "self"]
+            for node in (cl[0], cl[2]):
+                st = node.repl_stats()
+                self.assertGreater(int(st["duplicate_node_id"]), 0, st)
+                # Each finds its own address, and only that one: neither
+                # takes the other's for its own.
+                self.assertTrue(wait_until(lambda: selfs(node), 10),
+                                node.repl_stats())
+            time.sleep(0.5)  # a few more dials of each other
+            for node in (cl[0], cl[2]):
+                self.assertEqual(len(selfs(node)), 1, node.repl_stats())
+
 
 if __name__ == "__main__":
     cluster.main()

@@ -137,6 +137,25 @@ START_TEST(test_frame_mac_context)
 }
 END_TEST
 
+/* A process tells its own nonces from anyone else's. */
+START_TEST(test_nonce_ours)
+{
+    uint8_t a[REPL_WIRE_NONCE], b[REPL_WIRE_NONCE];
+    ck_assert_int_eq(repl_wire_nonce(a), REPL_WIRE_OK);
+    ck_assert_int_eq(repl_wire_nonce(b), REPL_WIRE_OK);
+    ck_assert(memcmp(a, b, sizeof(a)) != 0);
+    ck_assert(repl_wire_nonce_ours(a));
+    ck_assert(repl_wire_nonce_ours(b));
+    for (size_t i = 0; i < sizeof(a); i++) {
+        a[i] ^= 1;
+        ck_assert(!repl_wire_nonce_ours(a));
+        a[i] ^= 1;
+    }
+    uint8_t zero[REPL_WIRE_NONCE] = {0};
+    ck_assert(!repl_wire_nonce_ours(zero));
+}
+END_TEST
+
 START_TEST(test_handshake_frames)
 {
     uint8_t buf[128], payload[36] = {0};
@@ -298,6 +317,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_handshake_keys);
     tcase_add_test(tc, test_frame_round_trip);
     tcase_add_test(tc, test_frame_mac_context);
+    tcase_add_test(tc, test_nonce_ours);
     tcase_add_test(tc, test_handshake_frames);
     tcase_add_test(tc, test_bounds_before_buffering);
     tcase_add_test(tc, test_mutation_records);
