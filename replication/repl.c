@@ -166,6 +166,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         if (repl_peer_ready(p))
             ready[nready++] = i;
     }
+    repl_health_tick(r, now);
     /* One round at a time, run or served (repl_in_round). */
     if (nready > 0 && !repl_in_round(r, NULL, now))
         repl_round_start(r, &r->peers[ready[rng_next(r) % (uint64_t)nready]]);
@@ -246,6 +247,7 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
     r->qcap = o->push_queue;
     r->queue = calloc(r->qcap, sizeof(*r->queue));
     r->rng = repl_now_ns() ^ ((uint64_t)o->node_id << 32);
+    r->created_ns = repl_now_ns();
     pthread_mutex_init(&r->qlock, NULL);
     pthread_mutex_init(&r->plock, NULL);
     /* Small frames (handshake, requests) are built without a size check. */

@@ -86,6 +86,14 @@ void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg);
 /* Lists the "stats ring" group (safe from any thread). */
 void repl_emit_ring_stats(repl *r, stats_emit_fn emit, void *arg);
 
+/*
+ * The "stats health" group: health (converged, catching_up or isolated),
+ * health_peers_up, health_peers, health_last_differences (the largest
+ * difference the last round with an up peer found), health_for_s (how
+ * long the verdict has held).
+ */
+void repl_emit_health(repl *r, stats_emit_fn emit, void *arg);
+
 /* An owner a client request may be relayed to. */
 typedef struct repl_target {
     uint32_t node;

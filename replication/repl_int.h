@@ -178,6 +178,7 @@ struct round {
     riblt_id *wanted; /* sorted remote-only ids being fetched */
     size_t nwanted;
     size_t fetch_frames; /* FETCH frames not yet answered in full */
+    uint64_t decoded;    /* differences decoded (streamed) */
     uint32_t *parts;     /* the partitions reconciled (ascending) */
     size_t nparts;
     uint64_t gen; /* the ring generation the round started under */
@@ -210,6 +211,9 @@ struct peer {
      * which ring generation (hand-off of lost partitions waits on it). */
     uint64_t ok_started_ns, ok_gen;
     bool bulk_next; /* the last round hit the symbol cap: pull a bulk */
+    /* the last round that succeeded: when it ended, what it found */
+    uint64_t last_ok_ns;
+    uint64_t last_diffs;
     /* log rate limits: still down, failed rounds */
     log_limit down_log, round_log;
     uint32_t down_attempts; /* failed dials since it went down */
@@ -282,6 +286,14 @@ struct repl {
     uint32_t *parts_buf; /* [P+1] scratch list */
     bool republish;      /* a member's client address changed */
     uint64_t last_tick_ns;
+    /* health (repl_health.c): the verdict the tick computes, read by the
+     * stats reader with atomics */
+    uint64_t created_ns;
+    int health; /* enum repl_health */
+    uint32_t health_up, health_total;
+    uint64_t health_diffs;    /* largest last difference with a peer up */
+    uint64_t health_since_ns; /* when the verdict last changed */
+    log_limit isolated_log;
     char advertise[REPL_LINK_ADDR_MAX + 1];
     struct sockaddr_storage adv_addr; /* our client port, for the route */
     socklen_t adv_len;
@@ -375,5 +387,15 @@ void repl_peer_lost(struct peer *p, const char *why);
 void repl_on_view(void *arg, const registry_member *m, size_t n,
                   const char *source);
 int repl_on_ping(void *arg, uint32_t target, uint64_t token);
+
+/* =================================================== repl_health.c */
+
+enum repl_health {
+    REPL_HEALTH_CONVERGED = 0,
+    REPL_HEALTH_CATCHING_UP,
+    REPL_HEALTH_ISOLATED,
+};
+
+void repl_health_tick(struct repl *r, uint64_t now);
 
 #endif /* REPL_INT_H */

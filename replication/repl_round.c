@@ -26,6 +26,7 @@ void repl_round_reset(struct peer *p)
     rd->ndiffs = 0;
     rd->nwanted = 0;
     rd->fetch_frames = 0;
+    rd->decoded = 0;
     repl_encoder_put(p->r, rd->own_enc);
     rd->own_enc = NULL;
     if (rd->dec)
@@ -75,6 +76,8 @@ static void round_done(struct peer *p)
      * these partitions when the round began (unless it was a bulk pull),
      * and we hold everything it held. */
     uint8_t bulk = rd->bulk ? REPL_DONE_BULK : REPL_DONE_STREAMED;
+    p->last_ok_ns = repl_now_ns();
+    p->last_diffs = rd->decoded;
     if (repl_partitioned(r) && rd->gen == r->ring_gen) {
         repl_parts_mark_ready(r, rd->parts, rd->nparts);
         if (!bulk) {
@@ -200,6 +203,7 @@ static int round_exchange(struct repl *r, struct peer *p)
     const riblt_id *local = riblt_decoder_local(rd->dec, &nl);
     PST_ADD(&p->st, diffs_remote, nr);
     PST_ADD(&p->st, diffs_local, nl);
+    rd->decoded = nr + nl;
     if (nl > 0) {
         size_t sent = repl_send_records(p->conn, local, nl, REPL_MUT_PUSH, 0);
         PST_ADD(&p->st, mutations_sent, sent);
@@ -350,6 +354,8 @@ static int on_mutations(struct repl *r, struct peer *p, const uint8_t *q,
     if (n < 0)
         return -1;
     PST_ADD(&p->st, mutations_fetched, n);
+    if (rd->bulk)
+        rd->decoded += (uint64_t)n; /* a bulk pull's difference, bounded */
     if (flags & REPL_MUT_FINAL) {
         if (rd->bulk || rd->fetch_frames <= 1)
             round_done(p);

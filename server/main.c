@@ -344,6 +344,11 @@ static void ring_stats(void *arg, stats_emit_fn emit, void *emit_arg)
     repl_emit_ring_stats(arg, emit, emit_arg);
 }
 
+static void health_stats(void *arg, stats_emit_fn emit, void *emit_arg)
+{
+    repl_emit_health(arg, emit, emit_arg);
+}
+
 /* The store's partition of a key: the ring's, computed the same way. */
 static uint32_t key_partition(void *arg, const char *key, size_t nkey)
 {
@@ -460,10 +465,18 @@ static void registry_setup(void)
 
 /* Creates the replication object (binds the peer port) when repl_port is
  * set; exits with a message when the settings are refused. */
+/* "stats health" of a node without replication: nothing to agree with. */
+static void standalone_health(void *arg, stats_emit_fn emit, void *emit_arg)
+{
+    (void)arg;
+    emit(emit_arg, "health", "standalone");
+}
+
 static void repl_setup(void)
 {
     registry_setup();
     if (d.opts.repl_port == 0) {
+        stats_register_group("health", standalone_health, NULL);
         return;
     }
     repl_options ro;
@@ -499,6 +512,7 @@ static void repl_setup(void)
     }
     stats_register_group("replication", repl_stats, d.repl);
     stats_register_group("ring", ring_stats, d.repl);
+    stats_register_group("health", health_stats, d.repl);
     if (d.opts.replicas > 0) {
         d.pcfg.route_fn = route_key;
         d.pcfg.route_arg = d.repl;

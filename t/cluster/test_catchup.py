@@ -100,10 +100,13 @@ class CatchUp(unittest.TestCase):
                 os.kill(cl[2].pid, signal.SIGCONT)
                 stopped = False
                 sample = random.Random(7).sample(missed, SAMPLE)
-                caught = wait_until(
-                    lambda: (not load.running or
-                             count_present(cl[2].port, sample) == SAMPLE),
-                    LOAD_SECONDS + 5, interval=0.1)
+                verdicts = set()
+
+                def done():
+                    verdicts.add(cl[2].stats("health")["health"])
+                    return (not load.running or
+                            count_present(cl[2].port, sample) == SAMPLE)
+                caught = wait_until(done, LOAD_SECONDS + 5, interval=0.1)
                 took = time.monotonic() - t0
                 still_loading = load.running
                 have = count_present(cl[2].port, missed)
@@ -128,6 +131,8 @@ class CatchUp(unittest.TestCase):
             self.assertTrue(still_loading,
                             "node 3 caught up only after the load ended")
             self.assertEqual(have, MISSED)
+            # `stats health` said so while it lasted.
+            self.assertIn("catching_up", verdicts)
             # Rounds on one consistent set decode at about 1.35 symbols a
             # difference; rounds that mix two instants of a moving set fail
             # and start over (about 23 a difference before walked rounds).
@@ -137,6 +142,10 @@ class CatchUp(unittest.TestCase):
             self.assertTrue(wait_until(
                 lambda: all(n.curr_items() == total for n in cl.nodes), 60),
                 "%s\n%s" % ([n.curr_items() for n in cl.nodes], cl.logs()))
+            self.assertTrue(wait_until(
+                lambda: all(n.stats("health")["health"] == "converged"
+                            for n in cl.nodes), 30),
+                [n.stats("health") for n in cl.nodes])
 
 
 if __name__ == "__main__":

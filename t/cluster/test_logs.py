@@ -10,6 +10,7 @@ import time
 import unittest
 
 import cluster
+import harness
 from cluster import Cluster, wait_until
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ribltcached\[\d+\] "
@@ -33,6 +34,10 @@ class Logs(unittest.TestCase):
             self.assertIn("127.0.0.1:%d" % cl[1].repl_port, start[0])
             self.assertTrue(lines(cl[0], "up"), log1)
 
+            self.assertTrue(wait_until(
+                lambda: all(n.stats("health")["health"] == "converged"
+                            for n in cl.nodes), 20),
+                [n.stats("health") for n in cl.nodes])
             # Node 3 dies: its peers log it down once, with the reason,
             # however many times they redial it meanwhile.
             cl[2].sigkill()
@@ -45,6 +50,31 @@ class Logs(unittest.TestCase):
             cl[2].start()
             self.assertTrue(wait_until(
                 lambda: lines(cl[0], "(node 3) up after"), 20), cl.logs())
+
+    def test_isolated(self):
+        # A node whose peers are all gone reports itself isolated and
+        # says so in the log once it has lasted a few seconds; a node
+        # without replication reports itself standalone.
+        with Cluster(2, extra={"verbosity": 1}) as cl:
+            self.assertTrue(cl.wait_connected(), cl.logs())
+            cl[1].sigkill()
+            self.assertTrue(wait_until(
+                lambda: cl[0].stats("health")["health"] == "isolated", 10),
+                cl[0].stats("health"))
+            st = cl[0].stats("health")
+            self.assertEqual((st["health_peers_up"], st["health_peers"]),
+                             ("0", "1"))
+            self.assertTrue(wait_until(
+                lambda: lines(cl[0], "error health: isolated for"), 15),
+                cl.logs())
+            cl[1].start()
+            self.assertTrue(wait_until(
+                lambda: lines(cl[0], "no longer isolated"), 20), cl.logs())
+        alone = harness.Server().start()
+        try:
+            self.assertEqual(alone.stats("health")["health"], "standalone")
+        finally:
+            alone.close()
 
     def test_wrong_secret_refused_both_sides(self):
         def extra_for(i):
