@@ -29,6 +29,7 @@
 #include <event2/listener.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "options.h"
 #include "proto.h"
 #include "stats_registry.h"
@@ -69,6 +70,7 @@ typedef struct daemon_state {
     struct event *ev_shutdown;
     struct event *ev_relisten;
     int shutdown_pipe[2];
+    metrics *metrics;
     bool unix_bound;
     bool pid_written;
 #ifdef HAVE_REPL
@@ -889,6 +891,14 @@ static void start(void)
         event_add(d.ev_shutdown, NULL) != 0) {
         die(EXIT_STARTUP, "cannot set up the main event loop");
     }
+    if (d.opts.metrics_port != 0) {
+        char merr[256];
+        d.metrics =
+            metrics_start(d.base, d.opts.metrics_listen,
+                          (uint16_t)d.opts.metrics_port, merr, sizeof(merr));
+        if (!d.metrics)
+            die(EXIT_STARTUP, "%s", merr);
+    }
     write_pidfile();
     write_port_file();
     drop_privileges();
@@ -923,6 +933,8 @@ static void stop(void)
         evconnlistener_free(d.listeners[i]);
     }
     d.nlisteners = 0;
+    metrics_stop(d.metrics);
+    d.metrics = NULL;
     if (d.unix_bound) {
         unlink(d.opts.domain_socket);
     }

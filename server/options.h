@@ -114,6 +114,10 @@ enum options_proto {
       "lowest level logged: error, warn, info or debug (-v raises it)")       \
     X(log_syslog, 0, "log-syslog", OPTIONS_BOOL_ON, "no", 0, 0,               \
       "log to syslog (facility daemon) instead of stderr")                    \
+    X(metrics_port, 0, "metrics-port", OPTIONS_UINT, "0", 0, 65535,           \
+      "Prometheus metrics over HTTP on this port, GET /metrics (0 = off)")    \
+    X(metrics_listen, 0, "metrics-listen", OPTIONS_STR, "127.0.0.1", 0, 0,    \
+      "address the metrics port listens on")                                  \
     X(flush_enabled, 'F', "disable-flush-all", OPTIONS_BOOL_OFF, "yes", 0, 0, \
       "flush_all allowed (the flag disables it)")                             \
     X(shutdown_command, 'A', "enable-shutdown", OPTIONS_BOOL_ON, "no", 0, 0,  \
