@@ -85,6 +85,7 @@ struct route;
     X(auth_failures)                                                          \
     X(last_round_symbols)                                                     \
     X(last_round_us)                                                          \
+    X(last_round_diffs)                                                       \
     X(last_success)
 
 struct pstats {

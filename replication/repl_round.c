@@ -78,6 +78,7 @@ static void round_done(struct peer *p)
     uint8_t bulk = rd->bulk ? REPL_DONE_BULK : REPL_DONE_STREAMED;
     p->last_ok_ns = repl_now_ns();
     p->last_diffs = rd->decoded;
+    PST_SET(&p->st, last_round_diffs, rd->decoded);
     if (repl_partitioned(r) && rd->gen == r->ring_gen) {
         repl_parts_mark_ready(r, rd->parts, rd->nparts);
         if (!bulk) {

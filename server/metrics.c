@@ -219,6 +219,31 @@ static void write_general(struct evbuffer *out, const struct listing *g)
     }
 }
 
+/* One gauge per peer (self left out) from its peerN:<field>. */
+static void peer_series(struct evbuffer *out, const struct listing *r,
+                        const char *name, const char *help, const char *field)
+{
+    char key[64], labels[320], lv[256];
+    head(out, name, "gauge", help);
+    for (int i = 0; i < 1024; i++) {
+        snprintf(key, sizeof(key), "peer%d:addr", i);
+        const char *addr = get(r, key);
+        if (!addr)
+            break;
+        snprintf(key, sizeof(key), "peer%d:state", i);
+        const char *state = get(r, key);
+        if (state && strcmp(state, "self") == 0)
+            continue;
+        snprintf(key, sizeof(key), "peer%d:node_id", i);
+        const char *id = get(r, key);
+        label_value(lv, sizeof(lv), addr);
+        snprintf(labels, sizeof(labels), "{peer=\"%s\",node=\"%s\"}", lv,
+                 id ? id : "0");
+        snprintf(key, sizeof(key), "peer%d:%s", i, field);
+        sample(out, name, labels, get(r, key));
+    }
+}
+
 /* Replication: node counters, sums over peers, and one series per peer. */
 static void write_replication(struct evbuffer *out, const struct listing *r)
 {
@@ -309,28 +334,13 @@ static void write_replication(struct evbuffer *out, const struct listing *r)
         sample(out, "ribltcache_peer_up", labels,
                state && strcmp(state, "up") == 0 ? "1" : "0");
     }
-    head(out, "ribltcache_peer_last_success_timestamp_seconds", "gauge",
-         "When the last good round with the peer ended, unix seconds (0: "
-         "never).");
-    for (int i = 0; i < 1024; i++) {
-        char key[48];
-        snprintf(key, sizeof(key), "peer%d:addr", i);
-        const char *addr = get(r, key);
-        if (!addr)
-            break;
-        snprintf(key, sizeof(key), "peer%d:state", i);
-        const char *state = get(r, key);
-        if (state && strcmp(state, "self") == 0)
-            continue;
-        snprintf(key, sizeof(key), "peer%d:node_id", i);
-        const char *id = get(r, key);
-        snprintf(key, sizeof(key), "peer%d:last_success", i);
-        label_value(lv, sizeof(lv), addr);
-        snprintf(labels, sizeof(labels), "{peer=\"%s\",node=\"%s\"}", lv,
-                 id ? id : "0");
-        sample(out, "ribltcache_peer_last_success_timestamp_seconds", labels,
-               get(r, key));
-    }
+    peer_series(out, r, "ribltcache_peer_last_round_differences",
+                "Differences the last good round with the peer found.",
+                "last_round_diffs");
+    peer_series(out, r, "ribltcache_peer_last_success_timestamp_seconds",
+                "When the last good round with the peer ended, unix seconds "
+                "(0: never).",
+                "last_success");
 }
 
 static void write_health(struct evbuffer *out, const struct listing *h)

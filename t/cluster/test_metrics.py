@@ -76,6 +76,9 @@ class Metrics(unittest.TestCase):
             self.assertEqual(m["memcached_limit_bytes"], str(64 << 20))
             peer = '{peer="127.0.0.1:%d",node="2"}' % cl[1].repl_port
             self.assertEqual(m["ribltcache_peer_up" + peer], "1")
+            self.assertIn("ribltcache_peer_last_round_differences" + peer, m)
+            self.assertGreater(int(m[
+                "ribltcache_peer_last_success_timestamp_seconds" + peer]), 0)
             self.assertEqual(m['ribltcache_health{verdict="converged"}'], "1")
             self.assertEqual(m['ribltcache_health{verdict="isolated"}'], "0")
             self.assertEqual(m["ribltcache_peers_up"], "1")
