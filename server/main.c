@@ -27,6 +27,9 @@
 
 #include <event2/event.h>
 #include <event2/listener.h>
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 #include "log.h"
 #include "metrics.h"
@@ -780,6 +783,12 @@ static void daemonize(void)
  * let go as well: nothing more is written there. */
 static void daemon_ready(void)
 {
+#ifdef HAVE_SYSTEMD
+    /* Under systemd (Type=notify): serving from now on. A no-op when
+     * NOTIFY_SOCKET is not set. */
+    sd_notifyf(0, "READY=1\nSTATUS=serving on port %llu\nMAINPID=%lu",
+               (unsigned long long)d.opts.tcpport, (unsigned long)getpid());
+#endif
     if (ready_fd < 0) {
         return;
     }
@@ -928,6 +937,9 @@ static void start(void)
 
 static void stop(void)
 {
+#ifdef HAVE_SYSTEMD
+    sd_notify(0, "STOPPING=1");
+#endif
     /* Stop accepting first, then let every worker finish its clients. */
     for (size_t i = 0; i < d.nlisteners; i++) {
         evconnlistener_free(d.listeners[i]);
@@ -984,6 +996,11 @@ int main(int argc, char **argv)
     }
     if (action == OPTIONS_HELP) {
         options_print_help(stdout, prog);
+        options_free(&d.opts);
+        return 0;
+    }
+    if (action == OPTIONS_MAN) {
+        options_print_man(stdout);
         options_free(&d.opts);
         return 0;
     }

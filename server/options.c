@@ -691,6 +691,10 @@ int options_parse_argv(options *o, int argc, char **argv,
             if (*action != OPTIONS_HELP) {
                 *action = OPTIONS_VERSION;
             }
+        } else if (d == &descs[OPTIONS_IDX_man]) {
+            if (*action == OPTIONS_RUN) {
+                *action = OPTIONS_MAN;
+            }
         } else if (d == &descs[OPTIONS_IDX_config]) {
             free(o->config_path);
             o->config_path = strdup(optarg);
@@ -874,6 +878,83 @@ void options_print_help(FILE *f, const char *prog)
                     d->defval ? d->defval : "unset");
         }
     }
+}
+
+/* Writes s for roff: a backslash doubled, a leading dot or quote guarded,
+ * and a hyphen kept as a hyphen-minus (option names are typed). */
+static void roff_text(FILE *f, const char *s)
+{
+    if (*s == '.' || *s == '\'')
+        fputs("\\&", f);
+    for (; *s; s++) {
+        if (*s == '\\')
+            fputs("\\e", f);
+        else if (*s == '-')
+            fputs("\\-", f);
+        else
+            fputc(*s, f);
+    }
+}
+
+void options_print_man(FILE *f)
+{
+    fprintf(f, ".TH RIBLTCACHED 1 \"\" \"ribltcache %s\" \"User Commands\"\n",
+            RIBLTCACHE_VERSION);
+    fputs(".SH NAME\n"
+          "ribltcached \\- memcached\\-compatible cache whose nodes "
+          "replicate without a leader\n"
+          ".SH SYNOPSIS\n"
+          ".B ribltcached\n"
+          "[\\fIoptions\\fR]\n"
+          ".SH DESCRIPTION\n"
+          "ribltcached speaks memcached's text, meta and binary protocols "
+          "and accepts memcached's command line. With \\fBrepl_port\\fR "
+          "and \\fBpeers\\fR (or \\fBregistry\\fR) set, nodes replicate "
+          "every write to each other: fresh writes are pushed at once, and "
+          "rounds of rateless IBLT set reconciliation repair whatever a "
+          "push missed, moving only the mutations that differ. Conflicts "
+          "resolve by last writer wins on a hybrid\\-clock version.\n"
+          ".PP\n"
+          "Each setting can be given as a flag, as \\fB\\-o\\fR "
+          "\\fIname\\fR=\\fIvalue\\fR, or as a \\fIname\\fR = \\fIvalue\\fR "
+          "line in the file given with \\fB\\-\\-config\\fR; flags override "
+          "the file. The name in brackets is what \\fBstats settings\\fR "
+          "shows.\n"
+          ".SH OPTIONS\n",
+          f);
+    for (size_t i = 0; i < OPTIONS_COUNT; i++) {
+        const options_desc *d = &descs[i];
+        const char *hint = arg_hint(d);
+        fputs(".TP\n", f);
+        if (d->shortc)
+            fprintf(f, "\\fB\\-%c\\fR, ", d->shortc);
+        fputs("\\fB\\-\\-", f);
+        roff_text(f, d->longname);
+        fputs("\\fR", f);
+        if (hint[0]) {
+            fputs(" \\fI", f);
+            roff_text(f, hint);
+            fputs("\\fR", f);
+        }
+        fputc('\n', f);
+        roff_text(f, d->help);
+        fputc('\n', f);
+        if (d->type != OPTIONS_CLI) {
+            fputs(".br\n[", f);
+            roff_text(f, d->name);
+            fputs("] default: ", f);
+            roff_text(f, d->defval ? d->defval : "unset");
+            fputc('\n', f);
+        }
+    }
+    fputs(".SH SIGNALS\n"
+          ".TP\n.B SIGTERM, SIGINT\nStop accepting, finish the clients, "
+          "exit.\n"
+          ".TP\n.B SIGHUP\nKept running (a log rotation or a reload does "
+          "not stop the cache).\n"
+          ".SH SEE ALSO\n"
+          ".BR memcached (1)\n",
+          f);
 }
 
 void options_emit(const options *o, options_emit_fn emit, void *arg)

@@ -254,7 +254,9 @@ enum options_proto {
       "set settings by name: -o name=value[,name=value...]")                  \
     X(help, 'h', "help", OPTIONS_CLI, NULL, 0, 0, "print this help and exit") \
     X(version, 'V', "version", OPTIONS_CLI, NULL, 0, 0,                       \
-      "print the version and exit")
+      "print the version and exit")                                           \
+    X(man, 0, "man", OPTIONS_CLI, NULL, 0, 0,                                 \
+      "print the manual page (roff) and exit")
 
 /* Index of each table entry: OPTIONS_IDX_tcpport, ... */
 enum options_index {
@@ -293,6 +295,7 @@ enum options_action {
     OPTIONS_RUN = 0,
     OPTIONS_HELP = 1,
     OPTIONS_VERSION = 2,
+    OPTIONS_MAN = 3,
 };
 
 /* Sets every setting to its table default. Returns 0. */
@@ -340,6 +343,13 @@ int options_validate(const options *o, char *err, size_t errlen);
 
 /* Prints usage and every option with its default to f. */
 void options_print_help(FILE *f, const char *prog);
+
+/*
+ * The manual page ribltcached(1), in roff, from the same table as the
+ * help: the build writes it with `ribltcached --man`, so it never drifts
+ * from the options.
+ */
+void options_print_man(FILE *f);
 
 /* Emits every setting as `stats settings` lists it. */
 typedef void (*options_emit_fn)(void *arg, const char *name,
