@@ -216,7 +216,7 @@ struct peer {
     uint64_t last_ok_ns;
     uint64_t last_diffs;
     /* log rate limits: still down, failed rounds */
-    log_limit down_log, round_log;
+    log_limit down_log, round_log, push_log;
     uint32_t down_attempts; /* failed dials since it went down */
     const char *down_why;   /* the reason last logged (a static string) */
     struct round round;
@@ -227,6 +227,8 @@ struct repl {
     repl_options o;
     log_limit refused_log;   /* incoming handshakes refused */
     log_limit duplicate_log; /* links refused for a duplicate node id */
+    log_limit queue_log;     /* fresh writes the full push queue refused */
+    uint64_t queue_dropped_logged;
     char *secret;
     char *listen;
     store *s;
@@ -369,6 +371,7 @@ void repl_on_change(void *arg, store_item *it, bool origin_local);
 /* The wake event's callback: drains the push queue. */
 void repl_on_wake(evutil_socket_t fd, short what, void *arg);
 void repl_on_push_timer(evutil_socket_t fd, short what, void *arg);
+void repl_push_tick(struct repl *r);
 
 /* =================================================== repl_place.c */
 

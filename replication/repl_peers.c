@@ -110,7 +110,6 @@ void repl_on_view(void *arg, const registry_member *m, size_t n,
 {
     struct repl *r = arg;
     bool seen[PEER_MAX] = {false};
-    (void)source;
     pthread_mutex_lock(&r->plock);
     for (size_t i = 0; i < n; i++) {
         if (m[i].node == r->o.node_id)
@@ -149,17 +148,29 @@ void repl_on_view(void *arg, const registry_member *m, size_t n,
             p->from_registry = true;
             p->view_node = m[i].node;
             p->node_id = m[i].node;
+            p->member = m[i].state;
+            LOG(LOG_LEVEL_INFO, "membership",
+                "node %u at %s joins the view (%s, from %s)",
+                (unsigned)m[i].node, m[i].addr,
+                registry_state_name(m[i].state), source ? source : "?");
         }
         seen[p - r->peers] = true;
         p->incarnation = m[i].incarnation;
         if (m[i].state == REGISTRY_DEAD && p->conn)
             repl_conn_free(p->conn);
+        if (p->member != m[i].state)
+            LOG(LOG_LEVEL_INFO, "membership", "node %u at %s: %s -> %s",
+                (unsigned)m[i].node, m[i].addr, registry_state_name(p->member),
+                registry_state_name(m[i].state));
         p->member = m[i].state;
     }
     for (int j = 0; j < r->npeers; j++) {
         struct peer *q = &r->peers[j];
-        if (!q->vacant && q->from_registry && !seen[j])
+        if (!q->vacant && q->from_registry && !seen[j]) {
+            LOG(LOG_LEVEL_INFO, "membership", "node %u at %s leaves the view",
+                (unsigned)q->view_node, q->name);
             peer_release(r, q);
+        }
     }
     pthread_mutex_unlock(&r->plock);
 }

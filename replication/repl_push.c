@@ -63,6 +63,14 @@ static void push_frame(struct repl *r, size_t len, uint32_t count,
             continue;
         if (repl_link_output_length(p->conn->link) > OUT_HIGH_WATER) {
             PST_ADD(&p->st, push_dropped, count);
+            uint32_t held = 0;
+            if (log_limit_pass(&p->push_log, 10000, &held))
+                LOG(LOG_LEVEL_WARN, "repl",
+                    "pushes to peer %s (node %u) dropped: more than %u MiB "
+                    "unsent to it (rounds repair it); %u more such drops "
+                    "since the last such line",
+                    p->name, (unsigned)p->node_id,
+                    (unsigned)(OUT_HIGH_WATER >> 20), (unsigned)held);
             continue;
         }
         uint8_t *q = repl_payload_area(r);
@@ -177,4 +185,25 @@ void repl_on_push_timer(evutil_socket_t fd, short what, void *arg)
     (void)what;
     r->push_armed = false;
     push_drain(r);
+}
+
+/*
+ * Once a tick: writes the full push queue turned away since the last
+ * tick (counted by the client threads) are logged here, on the thread
+ * that owns the rate limit.
+ */
+void repl_push_tick(struct repl *r)
+{
+    uint64_t dropped = PST_GET(&r->st, push_queue_dropped);
+    if (dropped == r->queue_dropped_logged)
+        return;
+    uint32_t held = 0;
+    if (log_limit_pass(&r->queue_log, 10000, &held)) {
+        LOG(LOG_LEVEL_WARN, "repl",
+            "%llu fresh writes not pushed: the push queue (repl_push_queue "
+            "%u) was full; rounds repair them",
+            (unsigned long long)(dropped - r->queue_dropped_logged),
+            (unsigned)r->o.push_queue);
+        r->queue_dropped_logged = dropped;
+    }
 }
