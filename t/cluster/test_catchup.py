@@ -29,7 +29,7 @@ SAMPLE = 500  # missed keys polled while waiting
 
 def missed_count():
     """Mutations node 3 misses (fewer under the sanitizers' slowdown)."""
-    return 30000 if cluster.sanitized() else 100000
+    return 60000 if cluster.sanitized() else 100000
 
 
 def load_rate():
@@ -131,8 +131,10 @@ class CatchUp(unittest.TestCase):
             self.assertTrue(still_loading,
                             "node 3 caught up only after the load ended")
             self.assertEqual(have, MISSED)
-            # `stats health` said so while it lasted.
-            self.assertIn("catching_up", verdicts)
+            # `stats health` said so while rounds did the catching up
+            # (not when the peers' buffered pushes covered nearly all).
+            if repl_sum(st, "mutations_fetched") > 1000:
+                self.assertIn("catching_up", verdicts)
             # Rounds on one consistent set decode at about 1.35 symbols a
             # difference; rounds that mix two instants of a moving set fail
             # and start over (about 23 a difference before walked rounds).
