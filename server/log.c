@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "log.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,6 +33,19 @@ void log_setup(const char *ident, int level, bool use_syslog)
     log_syslog = use_syslog;
     if (use_syslog)
         openlog(log_ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+}
+
+int log_open_file(const char *path)
+{
+    if (!path)
+        return 0;
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0)
+        return -1;
+    /* dup2 swaps descriptor 2 in one step: no moment without a log. */
+    int rc = dup2(fd, STDERR_FILENO) < 0 ? -1 : 0;
+    close(fd);
+    return rc;
 }
 
 int log_level_parse(const char *s)

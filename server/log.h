@@ -26,6 +26,16 @@ enum log_level {
  * before other threads log (until then: stderr, warn, "ribltcached"). */
 void log_setup(const char *ident, int level, bool use_syslog);
 
+/*
+ * Sends stderr, and with it every log line, to the file at path (opened
+ * for appending, created 0640), or keeps it where it is when path is
+ * NULL. Called again (SIGHUP) it reopens the path, so a rotated log is let
+ * go: lines written meanwhile land in the old file or the new one, none
+ * is lost. Returns 0, or -1 with errno when the file cannot be opened
+ * (stderr is then left as it was).
+ */
+int log_open_file(const char *path);
+
 /* The level named by s ("error", "warn", "info", "debug"), or -1. */
 int log_level_parse(const char *s);
 

@@ -577,7 +577,17 @@ static void hup_cb(evutil_socket_t sig, short what, void *arg)
     (void)sig;
     (void)what;
     (void)arg;
-    LOG(LOG_LEVEL_INFO, "main", "SIGHUP: nothing to reopen, still serving");
+    if (!d.opts.log_file) {
+        LOG(LOG_LEVEL_INFO, "main",
+            "SIGHUP: nothing to reopen, still serving");
+        return;
+    }
+    if (log_open_file(d.opts.log_file) != 0)
+        LOG(LOG_LEVEL_ERROR, "main", "SIGHUP: cannot reopen log_file %s: %s",
+            d.opts.log_file, strerror(errno));
+    else
+        LOG(LOG_LEVEL_INFO, "main", "SIGHUP: log_file %s reopened",
+            d.opts.log_file);
 }
 
 /*
@@ -797,7 +807,7 @@ static void daemon_ready(void)
     (void)n;
     close(ready_fd);
     ready_fd = -1;
-    if (d.opts.verbosity == 0) {
+    if (d.opts.verbosity == 0 && !d.opts.log_file) {
         int null = open("/dev/null", O_WRONLY);
         if (null >= 0) {
             dup2(null, STDERR_FILENO);
@@ -1020,6 +1030,12 @@ int main(int argc, char **argv)
     if (d.opts.verbosity > 0 && level < LOG_LEVEL_WARN + (int)d.opts.verbosity)
         level = LOG_LEVEL_WARN + (int)d.opts.verbosity;
     log_setup(prog, level, d.opts.log_syslog);
+    if (log_open_file(d.opts.log_file) != 0) {
+        fprintf(stderr, "%s: log_file %s: %s\n", prog, d.opts.log_file,
+                strerror(errno));
+        options_free(&d.opts);
+        return EXIT_STARTUP;
+    }
     if (d.opts.auth_enabled_sasl && load_sasl(d.opts.sasl_file) != 0) {
         options_free(&d.opts);
         return OPTIONS_EXIT_USAGE;

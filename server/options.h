@@ -114,6 +114,8 @@ enum options_proto {
       "lowest level logged: error, warn, info or debug (-v raises it)")       \
     X(log_syslog, 0, "log-syslog", OPTIONS_BOOL_ON, "no", 0, 0,               \
       "log to syslog (facility daemon) instead of stderr")                    \
+    X(log_file, 0, "log-file", OPTIONS_STR, NULL, 0, 0,                       \
+      "append the log (stderr) to this file; SIGHUP reopens it")              \
     X(metrics_port, 0, "metrics-port", OPTIONS_UINT, "0", 0, 65535,           \
       "Prometheus metrics over HTTP on this port, GET /metrics (0 = off)")    \
     X(metrics_listen, 0, "metrics-listen", OPTIONS_STR, "127.0.0.1", 0, 0,    \

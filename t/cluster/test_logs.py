@@ -5,7 +5,11 @@ A node with the wrong cluster secret is refused, and both sides say so; a
 peer that dies is logged down with the reason once (not once per
 reconnect attempt), and up again when it returns."""
 
+import os
 import re
+import shutil
+import signal
+import tempfile
 import time
 import unittest
 
@@ -132,6 +136,30 @@ class Logs(unittest.TestCase):
             time.sleep(0.5)  # a few more dials of each other
             for node in (cl[0], cl[2]):
                 self.assertEqual(len(selfs(node)), 1, node.repl_stats())
+
+    def test_log_file_reopened_on_sighup(self):
+        # log_file takes the log; after a rotation (rename) SIGHUP makes
+        # the daemon write to a new file at the path, and it keeps serving.
+        tmp = tempfile.mkdtemp(prefix="ribltcache-log-")
+        path = os.path.join(tmp, "ribltcached.log")
+        node = harness.Server(["-v", "-o", "log_file=" + path]).start()
+        try:
+            self.assertTrue(wait_until(
+                lambda: os.path.exists(path) and
+                "listening on" in open(path).read(), 10))
+            os.rename(path, path + ".1")
+            os.kill(node.pid, signal.SIGHUP)
+            self.assertTrue(wait_until(
+                lambda: os.path.exists(path) and
+                "log_file %s reopened" % path in open(path).read(), 10))
+            self.assertIn("listening on", open(path + ".1").read())
+            self.assertNotIn("listening on", open(path).read())
+            for ln in open(path).read().splitlines():
+                self.assertRegex(ln, LINE)
+            self.assertEqual(node.request(b"version\r\n")[:8], b"VERSION ")
+        finally:
+            node.close()
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
