@@ -136,6 +136,43 @@ static void tick_arm(struct repl *r)
     event_add(r->tick, &tv);
 }
 
+/* Dials every peer whose backoff has ended. */
+static void redial_due(struct repl *r, uint64_t now)
+{
+    for (int i = 0; i < r->npeers; i++) {
+        struct peer *p = &r->peers[i];
+        if (p->self || p->vacant || p->member == REGISTRY_DEAD)
+            continue;
+        if (!p->conn && now >= p->retry_at_ns)
+            repl_peer_connect(r, p);
+    }
+}
+
+static void on_redial(evutil_socket_t fd, short what, void *arg)
+{
+    struct repl *r = arg;
+    (void)fd;
+    (void)what;
+    redial_due(r, repl_now_ns());
+}
+
+/* Runs redial_due in ms milliseconds, unless it is due sooner already. */
+void repl_arm_redial(struct repl *r, uint32_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    if (!r->redial)
+        return;
+    if (evtimer_pending(r->redial, NULL)) {
+        struct timeval at, now_tv, want;
+        evtimer_pending(r->redial, &at);
+        event_base_gettimeofday_cached(r->loop.base, &now_tv);
+        timeradd(&now_tv, &tv, &want);
+        if (timercmp(&at, &want, <=))
+            return;
+    }
+    evtimer_add(r->redial, &tv);
+}
+
 /* Every period: reconnect, time rounds out, start a round. */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
@@ -274,7 +311,8 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
     r->wake = event_new(r->loop.base, r->wake_fd, EV_READ | EV_PERSIST,
                         repl_on_wake, r);
     r->push_timer = evtimer_new(r->loop.base, repl_on_push_timer, r);
-    if (!r->tick || !r->wake || !r->push_timer) {
+    r->redial = evtimer_new(r->loop.base, on_redial, r);
+    if (!r->tick || !r->wake || !r->push_timer || !r->redial) {
         snprintf(err, nerr, "cannot create replication events");
         goto fail;
     }
@@ -340,6 +378,8 @@ void repl_destroy(repl *r)
         event_free(r->wake);
     if (r->push_timer)
         event_free(r->push_timer);
+    if (r->redial)
+        event_free(r->redial);
     evloop_fini(&r->loop);
     if (r->wake_fd >= 0)
         close(r->wake_fd);

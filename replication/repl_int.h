@@ -239,6 +239,7 @@ struct repl {
     /* push coalescing: the window's timer, the last drain (ns) and how
      * many writes it carried */
     struct event *push_timer;
+    struct event *redial; /* the next redial of a peer whose link is down */
     bool push_armed;
     uint64_t last_push_ns;
     size_t last_push_n;
@@ -372,6 +373,10 @@ void repl_on_change(void *arg, store_item *it, bool origin_local);
 void repl_on_wake(evutil_socket_t fd, short what, void *arg);
 void repl_on_push_timer(evutil_socket_t fd, short what, void *arg);
 void repl_push_tick(struct repl *r);
+
+/* ======================================================== repl.c */
+
+void repl_arm_redial(struct repl *r, uint32_t ms);
 
 /* =================================================== repl_place.c */
 

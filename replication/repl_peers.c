@@ -62,6 +62,9 @@ void repl_peer_lost(struct peer *p, const char *why)
     if (p->backoff_ms > BACKOFF_MAX_MS)
         p->backoff_ms = BACKOFF_MAX_MS;
     p->retry_at_ns = now + (uint64_t)p->backoff_ms * 1000000ull;
+    /* Redial when the backoff ends, not at the next tick (a period of
+     * up to 1.5 x repl_period_ms away). */
+    repl_arm_redial(p->r, p->backoff_ms);
 }
 
 /* ========================================================== membership */
