@@ -330,9 +330,23 @@ long repl_wire_build_mac(uint8_t *out, size_t cap, uint8_t type, uint64_t seq,
 
 /* ============================================================= records */
 
+static bool keyless_kind(uint8_t kind)
+{
+    return kind == STORE_KIND_FLUSH || kind == STORE_KIND_EVICTED ||
+           kind == STORE_KIND_DROP;
+}
+
+/* Whether the record carries the cas: not the one the id derives. */
+static bool explicit_cas(const store_mutation *m)
+{
+    return m->cas != store_fresh_cas(&m->id);
+}
+
 size_t repl_wire_mutation_size(const store_mutation *m)
 {
-    return REPL_WIRE_MUT_FIXED + m->nkey + m->nvalue;
+    return REPL_WIRE_MUT_FIXED + (keyless_kind(m->kind) ? 16 : 0) +
+           (m->kind == STORE_KIND_FLUSH ? 8 : 0) + (explicit_cas(m) ? 8 : 0) +
+           m->nkey + m->nvalue;
 }
 
 long repl_wire_put_mutation(uint8_t *out, size_t cap, const store_mutation *m)
@@ -342,22 +356,34 @@ long repl_wire_put_mutation(uint8_t *out, size_t cap, const store_mutation *m)
     size_t n = repl_wire_mutation_size(m);
     if (cap < n)
         return REPL_WIRE_ERR_SPACE;
-    riblt_id_to_bytes(&m->id, out);
-    repl_wire_put_u64(out + 16, m->version.ticks);
-    repl_wire_put_u32(out + 24, m->version.node);
+    bool cas = explicit_cas(m);
     /* The marks ride in the kind byte's bits 4-5 (see repl_wire.h). */
-    out[28] = (uint8_t)(m->kind | (m->marks & STORE_MARKS_ALL) << 4);
-    repl_wire_put_u32(out + 29, m->flags);
-    repl_wire_put_u64(out + 33, (uint64_t)m->exptime);
-    repl_wire_put_u64(out + 41, m->flush_at);
-    repl_wire_put_u64(out + 49, m->cas);
-    out[57] = (uint8_t)m->nkey;
-    out[58] = (uint8_t)(m->nkey >> 8);
-    repl_wire_put_u32(out + 59, (uint32_t)m->nvalue);
+    out[0] = (uint8_t)(m->kind | (m->marks & STORE_MARKS_ALL) << 4 |
+                       (cas ? REPL_WIRE_MUT_CAS : 0));
+    repl_wire_put_u64(out + 1, m->version.ticks);
+    repl_wire_put_u32(out + 9, m->version.node);
+    repl_wire_put_u32(out + 13, m->flags);
+    repl_wire_put_u64(out + 17, (uint64_t)m->exptime);
+    out[25] = (uint8_t)m->nkey;
+    out[26] = (uint8_t)(m->nkey >> 8);
+    repl_wire_put_u32(out + 27, (uint32_t)m->nvalue);
+    size_t at = REPL_WIRE_MUT_FIXED;
+    if (keyless_kind(m->kind)) {
+        riblt_id_to_bytes(&m->id, out + at);
+        at += 16;
+    }
+    if (m->kind == STORE_KIND_FLUSH) {
+        repl_wire_put_u64(out + at, m->flush_at);
+        at += 8;
+    }
+    if (cas) {
+        repl_wire_put_u64(out + at, m->cas);
+        at += 8;
+    }
     if (m->nkey)
-        memcpy(out + REPL_WIRE_MUT_FIXED, m->key, m->nkey);
+        memcpy(out + at, m->key, m->nkey);
     if (m->nvalue)
-        memcpy(out + REPL_WIRE_MUT_FIXED + m->nkey, m->value, m->nvalue);
+        memcpy(out + at + m->nkey, m->value, m->nvalue);
     return (long)n;
 }
 
@@ -367,34 +393,53 @@ long repl_wire_get_mutation(const uint8_t *buf, size_t len, size_t max_value,
     if (len < REPL_WIRE_MUT_FIXED)
         return REPL_WIRE_ERR_FORMAT;
     memset(m, 0, sizeof(*m));
-    riblt_id_from_bytes(&m->id, buf);
-    m->version.ticks = repl_wire_get_u64(buf + 16);
-    m->version.node = repl_wire_get_u32(buf + 24);
-    m->kind = buf[28] & 0x0f;
-    m->marks = buf[28] >> 4;
-    m->flags = repl_wire_get_u32(buf + 29);
-    m->exptime = (int64_t)repl_wire_get_u64(buf + 33);
-    m->flush_at = repl_wire_get_u64(buf + 41);
-    m->cas = repl_wire_get_u64(buf + 49);
-    m->nkey = (size_t)buf[57] | (size_t)buf[58] << 8;
-    m->nvalue = repl_wire_get_u32(buf + 59);
-    if (m->kind > STORE_KIND_DROP || (m->marks & ~STORE_MARKS_ALL) != 0 ||
+    m->kind = buf[0] & 0x0f;
+    m->marks = (buf[0] >> 4) & 3;
+    bool cas = (buf[0] & REPL_WIRE_MUT_CAS) != 0;
+    m->version.ticks = repl_wire_get_u64(buf + 1);
+    m->version.node = repl_wire_get_u32(buf + 9);
+    m->flags = repl_wire_get_u32(buf + 13);
+    m->exptime = (int64_t)repl_wire_get_u64(buf + 17);
+    m->nkey = (size_t)buf[25] | (size_t)buf[26] << 8;
+    m->nvalue = repl_wire_get_u32(buf + 27);
+    if ((buf[0] & 0x80) != 0 || m->kind > STORE_KIND_DROP ||
+        (m->marks & ~STORE_MARKS_ALL) != 0 ||
         (m->marks != 0 && m->kind != STORE_KIND_VALUE))
         return REPL_WIRE_ERR_FORMAT;
     /* Flushes and the keyless records (evicted, drop) have no key. */
-    bool keyless = m->kind == STORE_KIND_FLUSH ||
-                   m->kind == STORE_KIND_EVICTED || m->kind == STORE_KIND_DROP;
+    bool keyless = keyless_kind(m->kind);
     if (keyless ? m->nkey != 0 : (m->nkey == 0 || m->nkey > 250))
         return REPL_WIRE_ERR_FORMAT;
     if (m->kind != STORE_KIND_VALUE && m->nvalue != 0)
         return REPL_WIRE_ERR_FORMAT;
     if (m->nvalue > max_value)
         return REPL_WIRE_ERR_FORMAT;
-    size_t need = REPL_WIRE_MUT_FIXED + m->nkey + m->nvalue;
+    size_t need = REPL_WIRE_MUT_FIXED + (keyless ? 16 : 0) +
+                  (m->kind == STORE_KIND_FLUSH ? 8 : 0) + (cas ? 8 : 0) +
+                  m->nkey + m->nvalue;
     if (len < need)
         return REPL_WIRE_ERR_FORMAT;
-    m->key = (const char *)buf + REPL_WIRE_MUT_FIXED;
-    m->value = (const char *)buf + REPL_WIRE_MUT_FIXED + m->nkey;
+    size_t at = REPL_WIRE_MUT_FIXED;
+    if (keyless) {
+        riblt_id_from_bytes(&m->id, buf + at);
+        at += 16;
+    }
+    if (m->kind == STORE_KIND_FLUSH) {
+        m->flush_at = repl_wire_get_u64(buf + at);
+        at += 8;
+    }
+    if (cas) {
+        m->cas = repl_wire_get_u64(buf + at);
+        at += 8;
+    }
+    m->key = (const char *)buf + at;
+    m->value = (const char *)buf + at + m->nkey;
+    if (!keyless)
+        m->id = store_mutation_id(m);
+    if (!cas)
+        m->cas = store_fresh_cas(&m->id);
+    else if (m->cas == store_fresh_cas(&m->id))
+        return REPL_WIRE_ERR_FORMAT; /* one encoding per mutation */
     return (long)need;
 }
 

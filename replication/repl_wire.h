@@ -37,8 +37,9 @@
 
 const char *repl_wire_strerror(int rc);
 
-/* 2: mutation records carry the cas (a version 1 peer is refused). */
-#define REPL_WIRE_VERSION 2
+/* 3: mutation records leave out what the receiver derives (id, fresh
+ * cas); peers of another version are refused at the handshake. */
+#define REPL_WIRE_VERSION 3
 #define REPL_WIRE_HEADER 16
 #define REPL_WIRE_TAG 32
 #define REPL_WIRE_NONCE 32
@@ -174,15 +175,22 @@ static inline size_t repl_wire_frame_size(size_t n)
 
 /*
  * A mutation record on the wire:
- *   id (16) | ticks (8) | node (4) | kind (1) | flags (4) | exptime (8)
- *   | flush_at (8) | cas (8) | nkey (2) | nvalue (4) | key | value
- * The kind byte holds the kind in bits 0-3 and the value's STORE_MARK_*
- * in bits 4-5; bits 6-7 are 0. Flushes and the keyless kinds (an evicted
- * value's record, a drop: the key is named by the id's high word, flags
- * holds its partition) have no key. The id is the one store_mutation_id
- * gives for key and version; the receiving store checks it.
+ *   kind (1) | ticks (8) | node (4) | flags (4) | exptime (8) | nkey (2)
+ *   | nvalue (4) | [id (16)] | [flush_at (8)] | [cas (8)] | key | value
+ * The kind byte holds the kind in bits 0-3, the value's STORE_MARK_* in
+ * bits 4-5, and in bit 6 REPL_WIRE_MUT_CAS: an explicit cas follows; bit
+ * 7 is 0. What the receiver can derive is left out: the id of a keyed
+ * mutation (store_mutation_id of key and version; the receiving store
+ * checks it anyway) and a fresh cas (store_fresh_cas of the id). So the
+ * id is sent only for the keyless kinds (a flush; an evicted value's
+ * record and a drop, whose key is named by the id's high word and whose
+ * flags hold its partition), flush_at only for a flush, and the cas only
+ * when it is not the fresh one (touch and meta E keep or set another); a
+ * record that sends a cas equal to the fresh one is malformed, so every
+ * mutation has one encoding.
  */
-#define REPL_WIRE_MUT_FIXED 63
+#define REPL_WIRE_MUT_FIXED 31
+#define REPL_WIRE_MUT_CAS 0x40
 
 /* Bytes repl_wire_put_mutation will write for m. */
 size_t repl_wire_mutation_size(const store_mutation *m);

@@ -384,6 +384,11 @@ static inline uint64_t fresh_cas(const riblt_id *id)
     return (id->lo >> 1) + 1;
 }
 
+uint64_t store_fresh_cas(const riblt_id *id)
+{
+    return fresh_cas(id);
+}
+
 /* ============================================================== store */
 
 /*

@@ -133,6 +133,10 @@ typedef struct store_mutation {
  */
 riblt_id store_mutation_id(const store_mutation *m);
 
+/* The cas a fresh mutation with this id gets (every node derives the same;
+ * touch and meta E keep or set another, which then travels with it). */
+uint64_t store_fresh_cas(const riblt_id *id);
+
 /* --------------------------------------------------------------- setup */
 
 typedef struct store store;

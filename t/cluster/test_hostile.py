@@ -327,8 +327,8 @@ class Hostile(unittest.TestCase):
                                    struct.pack("<I", 1) +
                                    bytes(peerwire.MUT_FIXED - 10)),
             lambda p: p.send_frame(peerwire.MUTATIONS, b"\2" +
-                                   struct.pack("<I", 1) + bytes(28) +
-                                   b"\x09" + bytes(peerwire.MUT_FIXED - 29)),
+                                   struct.pack("<I", 1) + b"\x09" +
+                                   bytes(peerwire.MUT_FIXED - 1)),
             # raw bytes that are not a frame
             lambda p: p.send(bytes(rng.getrandbits(8) for _ in range(300))),
             # a frame whose tag is wrong

@@ -59,7 +59,7 @@ START_TEST(test_frame_round_trip)
     long n =
         repl_wire_build(buf, sizeof(buf), REPL_MSG_FETCH, 7, payload, 12, key);
     ck_assert_int_eq(n, REPL_WIRE_HEADER + 12 + REPL_WIRE_TAG);
-    ck_assert_int_eq(memcmp(buf, "RB\x02\x0c\x0c\0\0\0\x07\0\0\0\0\0\0\0", 16),
+    ck_assert_int_eq(memcmp(buf, "RB\x03\x0c\x0c\0\0\0\x07\0\0\0\0\0\0\0", 16),
                      0);
     repl_frame f;
     size_t used = 0;
@@ -221,36 +221,36 @@ END_TEST
 START_TEST(test_mutation_records)
 {
     store_mutation m = {
-        .id = {0x1122334455667788ULL, 0x99aabbccddeeff00ULL},
         .version = {1700000000123456789ULL, 3},
         .kind = STORE_KIND_VALUE,
         .flags = 0xdeadbeef,
         .exptime = 1800000000,
-        .cas = 0x0102030405060708ULL,
         .key = "user:42",
         .nkey = 7,
         .value = "hello world",
         .nvalue = 11,
     };
-    uint8_t buf[128];
+    m.id = store_mutation_id(&m);
+    m.cas = store_fresh_cas(&m.id);
+    uint8_t buf[160];
+    /* A keyed value with its fresh cas: neither id nor cas is sent. */
     long n = repl_wire_put_mutation(buf, sizeof(buf), &m);
+    ck_assert_int_eq(REPL_WIRE_MUT_FIXED, 31);
     ck_assert_int_eq(n, REPL_WIRE_MUT_FIXED + 7 + 11);
-    ck_assert_int_eq(REPL_WIRE_MUT_FIXED, 63);
     ck_assert_uint_eq(repl_wire_mutation_size(&m), (size_t)n);
-    /* The cas follows flush_at, little-endian, then nkey and nvalue. */
-    ck_assert_int_eq(memcmp(buf + 49,
-                            "\x08\x07\x06\x05\x04\x03\x02\x01\x07\0\x0b\0\0\0",
-                            14),
-                     0);
+    ck_assert_uint_eq(buf[0], STORE_KIND_VALUE);
+    /* flags, exptime, nkey and nvalue, little-endian, then the key. */
+    ck_assert_int_eq(memcmp(buf + 13, "\xef\xbe\xad\xde", 4), 0);
+    ck_assert_int_eq(memcmp(buf + 25, "\x07\0\x0b\0\0\0", 6), 0);
     ck_assert_int_eq(memcmp(buf + REPL_WIRE_MUT_FIXED, "user:42", 7), 0);
     store_mutation r;
     ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 1024, &r), n);
-    ck_assert(riblt_id_equal(&r.id, &m.id));
+    ck_assert(riblt_id_equal(&r.id, &m.id)); /* derived by the receiver */
+    ck_assert_uint_eq(r.cas, m.cas);
     ck_assert_uint_eq(r.version.ticks, m.version.ticks);
     ck_assert_uint_eq(r.version.node, 3);
     ck_assert_uint_eq(r.flags, 0xdeadbeef);
     ck_assert_int_eq(r.exptime, 1800000000);
-    ck_assert_uint_eq(r.cas, 0x0102030405060708ULL);
     ck_assert_uint_eq(r.nkey, 7);
     ck_assert_int_eq(memcmp(r.key, "user:42", 7), 0);
     ck_assert_uint_eq(r.nvalue, 11);
@@ -262,51 +262,91 @@ START_TEST(test_mutation_records)
                      REPL_WIRE_ERR_FORMAT); /* value over the cap */
     ck_assert_int_eq(repl_wire_put_mutation(buf, (size_t)n - 1, &m),
                      REPL_WIRE_ERR_SPACE);
-    /* Malformed: unknown kind, tombstone with a value, bad key lengths. */
-    uint8_t bad[128];
+    /* A cas of its own (touch, meta E) travels, flagged in the kind. */
+    m.cas = 0x0102030405060708ULL;
+    long nc = repl_wire_put_mutation(buf, sizeof(buf), &m);
+    ck_assert_int_eq(nc, n + 8);
+    ck_assert_uint_eq(buf[0], STORE_KIND_VALUE | REPL_WIRE_MUT_CAS);
+    ck_assert_int_eq(memcmp(buf + REPL_WIRE_MUT_FIXED,
+                            "\x08\x07\x06\x05\x04\x03\x02\x01", 8),
+                     0);
+    ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)nc, 1024, &r), nc);
+    ck_assert_uint_eq(r.cas, 0x0102030405060708ULL);
+    ck_assert(riblt_id_equal(&r.id, &m.id));
+    /* The fresh cas sent explicitly is a second encoding: refused. */
+    uint64_t fresh = store_fresh_cas(&m.id);
+    uint8_t bad[160];
+    memcpy(bad, buf, (size_t)nc);
+    repl_wire_put_u64(bad + REPL_WIRE_MUT_FIXED, fresh);
+    ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)nc, 1024, &r),
+                     REPL_WIRE_ERR_FORMAT);
+    m.cas = fresh;
+    n = repl_wire_put_mutation(buf, sizeof(buf), &m);
+    /* Malformed: unknown kind, bit 7, tombstone with a value, bad key
+     * lengths. */
     memcpy(bad, buf, (size_t)n);
-    bad[28] = 9;
+    bad[0] = 9;
     ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
                      REPL_WIRE_ERR_FORMAT);
-    bad[28] = STORE_KIND_TOMBSTONE;
+    bad[0] = STORE_KIND_VALUE | 0x80;
+    ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
+                     REPL_WIRE_ERR_FORMAT);
+    bad[0] = STORE_KIND_TOMBSTONE;
     ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
                      REPL_WIRE_ERR_FORMAT);
     memcpy(bad, buf, (size_t)n);
-    bad[57] = 0;
+    bad[25] = 0;
     ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
                      REPL_WIRE_ERR_FORMAT);
-    bad[57] = 251;
+    bad[25] = 251;
     ck_assert_int_eq(repl_wire_get_mutation(bad, sizeof(bad), 1024, &r),
                      REPL_WIRE_ERR_FORMAT);
-    /* A value's marks ride in bits 4-5 of the kind byte; other bits, or
-     * marks on a tombstone, are malformed. */
+    /* A value's marks ride in bits 4-5 of the kind byte; marks on a
+     * tombstone are malformed. */
     ck_assert_uint_eq(r.marks, 0);
     m.marks = STORE_MARK_STALE | STORE_MARK_WON;
     ck_assert_int_eq(repl_wire_put_mutation(buf, sizeof(buf), &m), n);
-    ck_assert_uint_eq(buf[28], STORE_KIND_VALUE | 0x30);
+    ck_assert_uint_eq(buf[0], STORE_KIND_VALUE | 0x30);
     ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 1024, &r), n);
     ck_assert_uint_eq(r.kind, STORE_KIND_VALUE);
     ck_assert_uint_eq(r.marks, STORE_MARK_STALE | STORE_MARK_WON);
-    memcpy(bad, buf, (size_t)n);
-    bad[28] = STORE_KIND_VALUE | 0x40;
-    ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
+    /* A tombstone: key, no value; its id is derived too. */
+    store_mutation t = {.version = {5, 2},
+                        .kind = STORE_KIND_TOMBSTONE,
+                        .key = "gone",
+                        .nkey = 4};
+    t.id = store_mutation_id(&t);
+    t.cas = store_fresh_cas(&t.id);
+    n = repl_wire_put_mutation(buf, sizeof(buf), &t);
+    ck_assert_int_eq(n, REPL_WIRE_MUT_FIXED + 4);
+    ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 0, &r), n);
+    ck_assert(riblt_id_equal(&r.id, &t.id));
+    buf[0] = STORE_KIND_TOMBSTONE | 0x10;
+    ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 0, &r),
                      REPL_WIRE_ERR_FORMAT);
-    bad[28] = STORE_KIND_TOMBSTONE | 0x10;
-    bad[59] = bad[60] = 0; /* no value */
-    ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
-                     REPL_WIRE_ERR_FORMAT);
-    bad[28] = STORE_KIND_TOMBSTONE;
-    ck_assert_int_eq(repl_wire_get_mutation(bad, (size_t)n, 1024, &r),
-                     REPL_WIRE_MUT_FIXED + 7);
-    /* A flush record has the empty key. */
-    store_mutation fl = {.kind = STORE_KIND_FLUSH, .flush_at = 5};
+    /* A flush record: no key, its id and flush_at sent. */
+    store_mutation fl = {
+        .id = {7, 9}, .kind = STORE_KIND_FLUSH, .flush_at = 5};
+    fl.cas = store_fresh_cas(&fl.id);
     n = repl_wire_put_mutation(buf, sizeof(buf), &fl);
-    ck_assert_int_eq(n, REPL_WIRE_MUT_FIXED);
+    ck_assert_int_eq(n, REPL_WIRE_MUT_FIXED + 16 + 8);
     ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 0, &r), n);
     ck_assert_uint_eq(r.flush_at, 5);
-    buf[57] = 1;
+    ck_assert(riblt_id_equal(&r.id, &fl.id));
+    buf[25] = 1;
     ck_assert_int_eq(repl_wire_get_mutation(buf, sizeof(buf), 0, &r),
                      REPL_WIRE_ERR_FORMAT);
+    /* An evicted value's record: keyless, its id sent (the key's gid). */
+    store_mutation ev = {.id = {0xabcdef, 0x1234},
+                         .version = {9, 1},
+                         .kind = STORE_KIND_EVICTED,
+                         .flags = 3};
+    ev.cas = store_fresh_cas(&ev.id);
+    n = repl_wire_put_mutation(buf, sizeof(buf), &ev);
+    ck_assert_int_eq(n, REPL_WIRE_MUT_FIXED + 16);
+    ck_assert_int_eq(repl_wire_get_mutation(buf, (size_t)n, 0, &r), n);
+    ck_assert(riblt_id_equal(&r.id, &ev.id));
+    ck_assert_uint_eq(r.flags, 3);
 }
 END_TEST
 
