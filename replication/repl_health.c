@@ -19,6 +19,9 @@
 /* A node with peers none of which answered this long after start (or
  * after its last link went down) is isolated. */
 #define ISOLATED_AFTER_NS (5ull * 1000000000ull)
+/* A node that handed a round over for being behind counts as catching up
+ * this long after. */
+#define HANDED_CATCHING_UP_NS (2ull * 1000000000ull)
 
 static const char *const verdict_names[] = {"converged", "catching_up",
                                             "isolated"};
@@ -44,6 +47,13 @@ void repl_health_tick(struct repl *r, uint64_t now)
         if (p->round.active && (p->round.walk || p->round.bulk))
             long_round = true;
     }
+    /* Being caught up by a peer: serving it a walked round or a bulk
+     * transfer, or having just handed a round over for being behind. */
+    for (struct conn *c = r->incoming; c; c = c->next)
+        if (c->serving_since_ns != 0 && (c->walk || c->bulk_ids))
+            long_round = true;
+    if (r->handed_ns != 0 && now - r->handed_ns < HANDED_CATCHING_UP_NS)
+        long_round = true;
     /* No peer at all (a peer list of this node alone): nothing to
      * disagree with. Peers but none up: isolated. Up, but in a walked
      * round or a bulk transfer, with no round done yet, or after a round

@@ -56,6 +56,9 @@ struct route;
 #define FAST_RETRY_MS 20
 #define FAST_RETRY_NS (10ull * 1000000000ull)
 #define DECODER_FIRST 8192
+/* A round whose peer holds this many more mutations than we do is handed
+ * over to the peer (REPL_MSG_ROUND_PLEASE). */
+#define HAND_OVER_DIFF 64
 #define ENCODER_SPARES 2 /* encoders kept for the next rounds */
 
 /* Mutations a tick may drop from lost partitions (a call walks about 8x as
@@ -70,6 +73,8 @@ struct route;
     X(rounds_failed)                                                          \
     X(rounds_busy)                                                            \
     X(rounds_walked)                                                          \
+    X(rounds_handed)                                                          \
+    X(rounds_asked)                                                           \
     X(bulk_transfers)                                                         \
     X(symbols_recv)                                                           \
     X(diffs_remote)                                                           \
@@ -293,7 +298,8 @@ struct repl {
     /* health (repl_health.c): the verdict the tick computes, read by the
      * stats reader with atomics */
     uint64_t created_ns;
-    int health; /* enum repl_health */
+    uint64_t handed_ns; /* this node last handed a round over (behind) */
+    int health;         /* enum repl_health */
     uint32_t health_up, health_total;
     uint64_t health_diffs;    /* largest last difference with a peer up */
     uint64_t health_since_ns; /* when the verdict last changed */

@@ -277,6 +277,23 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
             (long long)rd->own_size);
         return repl_conn_send(p->conn, REPL_MSG_BULK_REQ, 0);
     }
+    /* Far behind the peer (it holds many more mutations): hand the round
+     * over. We end ours and ask the peer to run one with us now; then
+     * our symbols go to it and what we lack comes as records alone, so
+     * the node that is behind receives only what it lacks. Only under
+     * full replication: with a ring, the two sides' rounds cover
+     * different partitions (a node's hand-off of partitions it lost
+     * rides on the rounds it runs itself). */
+    if (offset == 0 && !rd->walk && !repl_partitioned(r) &&
+        rsize - rd->own_size > HAND_OVER_DIFF) {
+        PST_ADD(&p->st, rounds_handed, 1);
+        r->handed_ns = repl_now_ns();
+        repl_round_reset(p);
+        *repl_payload_area(r) = REPL_DONE_ABANDONED;
+        if (repl_conn_send(p->conn, REPL_MSG_DONE, 1) != 0)
+            return -1;
+        return repl_conn_send(p->conn, REPL_MSG_ROUND_PLEASE, 0);
+    }
     /* Symbol 0's counts bound the difference from below: past what the
      * sketch decodes, walk at once. */
     if (offset == 0 && !rd->walk &&

@@ -275,6 +275,24 @@ int repl_serve(struct conn *c, const repl_frame *f)
         return 0;
     case REPL_MSG_INFO:
         return 0; /* the dialling side's: peers are learnt by dialling */
+    case REPL_MSG_ROUND_PLEASE: {
+        /* A peer far behind us asks us to run the round (our symbols go
+         * to it no more: its symbols come to us, our records to it). */
+        if (f->length != 0)
+            return -1;
+        uint32_t id = repl_link_peer_id(c->link);
+        uint64_t now = repl_now_ns();
+        for (int i = 0; i < c->r->npeers; i++) {
+            struct peer *p = &c->r->peers[i];
+            if (!p->self && !p->vacant && p->node_id == id &&
+                repl_peer_ready(p) && !repl_in_round(c->r, NULL, now)) {
+                PST_ADD(&p->st, rounds_asked, 1);
+                repl_round_start(c->r, p);
+                break;
+            }
+        }
+        return 0;
+    }
     case REPL_MSG_PING:
         /* An indirect probe of the registry, relayed by another member. */
         if (f->length != 8)

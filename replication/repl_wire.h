@@ -61,6 +61,9 @@ enum repl_msg {
     REPL_MSG_BULK_REQ = 16,
     /* Sent by both sides once a link is ready (repl_wire_info). */
     REPL_MSG_INFO = 17,
+    /* From a node far behind, after it ended its round: run one with me
+     * now (no payload), so that what I lack comes as records alone. */
+    REPL_MSG_ROUND_PLEASE = 18,
     /* Liveness, on the peer channel and on the registry channel. */
     REPL_MSG_PING = 20, /* token u64: answer PONG with the same token */
     REPL_MSG_PONG = 21, /* token u64 */

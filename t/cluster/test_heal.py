@@ -21,7 +21,7 @@ from cluster import (Cluster, CuttableProxy, count_present, free_ports,
 BASE = 1000  # keys every node holds before the cut
 MISSED = 10000
 VALUE = b"h" * 100
-RECORD_FIXED = 63  # a mutation record's fixed part (repl_wire.h)
+RECORD_FIXED = 31  # a mutation record's fixed part (repl_wire.h)
 WAIT = 60.0
 CUT = 3.0  # seconds the partition lasts
 
