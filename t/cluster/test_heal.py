@@ -6,7 +6,7 @@ missed (never as times):
 
 - every missing write arrived once: node 3 applied them and discarded few
   as stale (before one round at a time, each peer sent all of them);
-- the bytes node 3 received stay within 1.6x the wire size of the missing
+- the bytes node 3 received stay within 1.1x the wire size of the missing
   records (coded symbols, frames and MACs included).
 
 The time from the heal to the last missing key is printed."""
@@ -104,7 +104,7 @@ class Heal(unittest.TestCase):
         self.assertGreaterEqual(applied, MISSED)
         self.assertLessEqual(stale, MISSED // 10,
                              "missing writes arrived more than once")
-        self.assertLessEqual(got, 1.6 * records)
+        self.assertLessEqual(got, 1.1 * records)
 
 
 if __name__ == "__main__":
