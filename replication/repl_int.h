@@ -183,9 +183,10 @@ struct round {
     uint32_t batch;
     riblt_id *wanted; /* sorted remote-only ids being fetched */
     size_t nwanted;
-    size_t fetch_frames; /* FETCH frames not yet answered in full */
-    uint64_t decoded;    /* differences decoded (streamed) */
-    uint32_t *parts;     /* the partitions reconciled (ascending) */
+    size_t fetch_frames;  /* FETCH frames not yet answered in full */
+    uint64_t decoded;     /* differences decoded, or records of a bulk */
+    uint64_t bulk_bytes0; /* the link's bytes received when a bulk began */
+    uint32_t *parts;      /* the partitions reconciled (ascending) */
     size_t nparts;
     uint64_t gen; /* the ring generation the round started under */
 };

@@ -68,10 +68,12 @@ static void round_done(struct peer *p)
     if (rd->bulk)
         LOG(LOG_LEVEL_INFO, "repl",
             "bulk transfer from peer %s (node %u) done in %.2f s: %llu "
-            "mutations applied so far from it",
+            "records, %llu bytes received",
             p->name, (unsigned)p->node_id,
             (double)(repl_now_ns() - rd->started_ns) / 1e9,
-            (unsigned long long)PST_GET(&p->st, mutations_fetched));
+            (unsigned long long)rd->decoded,
+            (unsigned long long)(PST_GET(&p->st, bytes_recv) -
+                                 rd->bulk_bytes0));
     /* Under an unchanged ring, the peer now holds everything we held in
      * these partitions when the round began (unless it was a bulk pull),
      * and we hold everything it held. */
@@ -268,6 +270,7 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
     if (offset == 0 && !rd->walk &&
         (want_bulk(r, rd->own_size, rsize) || (p->bulk_next && rsize > 0))) {
         rd->bulk = true;
+        rd->bulk_bytes0 = PST_GET(&p->st, bytes_recv);
         p->bulk_next = false;
         PST_ADD(&p->st, bulk_transfers, 1);
         LOG(LOG_LEVEL_INFO, "repl",

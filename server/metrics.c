@@ -267,6 +267,12 @@ static void write_replication(struct evbuffer *out, const struct listing *r)
          "Coded symbols sent to peers' rounds."},
         {"served_bulk", "ribltcache_bulk_served_total", "counter",
          "Bulk transfers sent to peers."},
+        {"ring_changes", "ribltcache_ring_changes_total", "counter",
+         "Times the placement ring changed (replicas > 0)."},
+        {"ring_mismatch", "ribltcache_ring_mismatches_total", "counter",
+         "Rounds refused because the two rings differed."},
+        {"partitions_dropped", "ribltcache_partitions_dropped_total",
+         "counter", "Partitions handed off to their owners and dropped."},
     };
     for (size_t i = 0; i < sizeof(node) / sizeof(node[0]); i++) {
         const char *v = get(r, node[i].stat);
