@@ -41,12 +41,14 @@ struct route;
 /*
  * A round first asks for coded symbol 0 alone: equal sets cancel there,
  * so a round between nodes that agree costs one symbol each way, and an
- * idle cluster is quiet. Then 64, doubling up to BATCH_MAX.
+ * idle cluster is quiet. Then small steps while the round is small, and
+ * larger ones once it is not (next_batch in repl_round.c).
  */
 #define BATCH_FIRST 1
-#define BATCH_SECOND 64
-#define BATCH_MAX 4096             /* 128 KiB of symbols per frame */
-#define FETCH_IDS_MAX 16384        /* ids per FETCH frame (256 KiB) */
+#define BATCH_STEP 4        /* the smallest request after symbol 0 */
+#define BATCH_FINE 512      /* below this many symbols, grow by a sixteenth */
+#define BATCH_MAX 4096      /* 128 KiB of symbols per frame */
+#define FETCH_IDS_MAX 16384 /* ids per FETCH frame (256 KiB) */
 #define RECORDS_FRAME (1u << 20)   /* records per MUTATIONS frame, bytes */
 #define OUT_HIGH_WATER (16u << 20) /* a peer this far behind gets no push */
 #define BULK_LOW_WATER (1u << 20)  /* refill bulk output below this */
@@ -180,8 +182,7 @@ struct round {
                             decoder */
     size_t ndiffs, diffs_cap;
     uint64_t requested; /* offset of the outstanding SYMBOLS_REQ */
-    uint32_t batch;
-    riblt_id *wanted; /* sorted remote-only ids being fetched */
+    riblt_id *wanted;   /* sorted remote-only ids being fetched */
     size_t nwanted;
     size_t fetch_frames;  /* FETCH frames not yet answered in full */
     uint64_t decoded;     /* differences decoded, or records of a bulk */

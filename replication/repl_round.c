@@ -137,9 +137,8 @@ void repl_round_start(struct repl *r, struct peer *p)
                                 &rd->own_size) != STORE_OK)
         return;
     rd->active = true;
-    rd->batch = BATCH_FIRST;
     PST_ADD(&p->st, rounds, 1);
-    if (request_symbols(p, 0, rd->batch, 0) != 0)
+    if (request_symbols(p, 0, BATCH_FIRST, 0) != 0)
         repl_round_fail(p, "send failed");
 }
 
@@ -166,8 +165,7 @@ static int round_walk(struct repl *r, struct peer *p, int64_t remote_size)
     if (!rd->own_enc)
         return -1;
     PST_ADD(&p->st, rounds_walked, 1);
-    rd->batch = BATCH_MAX;
-    return request_symbols(p, 0, rd->batch, REPL_SYMBOLS_WALK);
+    return request_symbols(p, 0, BATCH_MAX, REPL_SYMBOLS_WALK);
 }
 
 /* Grows the decoder, refeeding every difference symbol received so far. */
@@ -251,6 +249,34 @@ static bool want_bulk(struct repl *r, int64_t own, int64_t remote)
     if (own == 0)
         return true;
     return (uint64_t)(remote - own) * 3 / 2 > r->o.max_symbols;
+}
+
+/*
+ * How many symbols to ask for next, `received` being those this round
+ * has. Every symbol past the one that completes the decoding is waste, so
+ * small rounds grow by small steps: after symbol 0, about what its counts
+ * say the difference at least needs (4/3 of |R| - |I|, R-IBLT needing
+ * about 1.35 symbols a difference) or BATCH_STEP; then a sixteenth of what
+ * was received (at least BATCH_STEP), which bounds the waste by about a
+ * sixteenth, until BATCH_FINE symbols; then a quarter (waste at most a
+ * quarter, a dozen round trips from BATCH_FINE to a full sketch). A walked
+ * round, whose difference is known to be large, asks BATCH_MAX a time.
+ */
+static uint64_t next_batch(const struct round *rd, uint64_t received,
+                           int64_t remote_size)
+{
+    if (rd->walk)
+        return BATCH_MAX;
+    uint64_t count;
+    if (received == BATCH_FIRST) {
+        uint64_t bound = (uint64_t)llabs(remote_size - rd->own_size);
+        count = bound * 4 / 3 > BATCH_STEP ? bound * 4 / 3 : BATCH_STEP;
+    } else if (received < BATCH_FINE) {
+        count = received / 16 > BATCH_STEP ? received / 16 : BATCH_STEP;
+    } else {
+        count = received / 4;
+    }
+    return count > BATCH_MAX ? BATCH_MAX : count;
 }
 
 static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
@@ -352,10 +378,7 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
         rd->walk || r->S > r->o.max_symbols ? r->o.max_symbols : r->S;
     if (next >= end)
         return round_walk(r, p, rsize);
-    rd->batch = rd->batch == BATCH_FIRST    ? BATCH_SECOND
-                : rd->batch * 2 > BATCH_MAX ? BATCH_MAX
-                                            : rd->batch * 2;
-    uint64_t count = rd->batch;
+    uint64_t count = next_batch(rd, next, rsize);
     if (count > end - next)
         count = end - next;
     return request_symbols(p, next, (uint32_t)count, 0);
