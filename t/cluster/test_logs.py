@@ -21,6 +21,11 @@ LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ribltcached\[\d+\] "
                   r"(error|warn|info|debug) [a-z]+: ")
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def lines(node, text):
     return [ln for ln in node.stderr().splitlines() if text in ln]
 
@@ -63,6 +68,11 @@ class Logs(unittest.TestCase):
         # without replication reports itself standalone.
         with Cluster(2, extra={"verbosity": 1}) as cl:
             self.assertTrue(cl.wait_connected(), cl.logs())
+            # The verdict is the replication tick's: wait for one that
+            # saw the link up.
+            self.assertTrue(wait_until(
+                lambda: cl[0].stats("health")["health"] == "converged", 10),
+                cl[0].stats("health"))
             cl[1].sigkill()
             self.assertTrue(wait_until(
                 lambda: cl[0].stats("health")["health"] == "isolated", 10),
@@ -148,15 +158,15 @@ class Logs(unittest.TestCase):
         try:
             self.assertTrue(wait_until(
                 lambda: os.path.exists(path) and
-                "listening on" in open(path).read(), 10))
+                "listening on" in read(path), 10))
             os.rename(path, path + ".1")
             os.kill(node.pid, signal.SIGHUP)
             self.assertTrue(wait_until(
                 lambda: os.path.exists(path) and
-                "log_file %s reopened" % path in open(path).read(), 10))
-            self.assertIn("listening on", open(path + ".1").read())
-            self.assertNotIn("listening on", open(path).read())
-            for ln in open(path).read().splitlines():
+                "log_file %s reopened" % path in read(path), 10))
+            self.assertIn("listening on", read(path + ".1"))
+            self.assertNotIn("listening on", read(path))
+            for ln in read(path).splitlines():
                 self.assertRegex(ln, LINE)
             self.assertEqual(node.request(b"version\r\n")[:8], b"VERSION ")
         finally:
