@@ -187,12 +187,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         pthread_mutex_unlock(&r->plock);
         repl_handoff_tick(r, now);
     }
+    redial_due(r, now);
     for (int i = 0; i < r->npeers; i++) {
         struct peer *p = &r->peers[i];
         if (p->self || p->vacant || p->member == REGISTRY_DEAD)
             continue;
-        if (!p->conn && now >= p->retry_at_ns)
-            repl_peer_connect(r, p);
         if (p->round.active &&
             now - p->round.started_ns >
                 (uint64_t)r->o.round_timeout_ms * 1000000ull) {
@@ -352,17 +351,8 @@ void repl_destroy(repl *r)
     evloop_stop(&r->loop);
     if (r->s)
         store_set_listener(r->s, NULL, NULL);
-    for (int i = 0; i < r->npeers; i++) {
-        struct peer *p = &r->peers[i];
-        if (p->conn)
-            repl_conn_free(p->conn);
-        repl_round_reset(p);
-        free(p->round.own);
-        free(p->round.diffs);
-        free(p->round.wanted);
-        free(p->round.parts);
-        riblt_decoder_destroy(p->round.dec);
-    }
+    for (int i = 0; i < r->npeers; i++)
+        repl_peer_free(&r->peers[i]);
     while (r->incoming)
         repl_conn_free(r->incoming);
     registry_client_destroy(r->reg);

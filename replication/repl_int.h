@@ -400,6 +400,7 @@ int repl_placement_setup(struct repl *r, char *err, size_t nerr);
 
 bool repl_peer_ready(const struct peer *p);
 void repl_peer_lost(struct peer *p, const char *why);
+void repl_peer_free(struct peer *p);
 /* The registry client's callbacks (registry_view_fn, registry_ping_fn). */
 void repl_on_view(void *arg, const registry_member *m, size_t n,
                   const char *source);

@@ -20,6 +20,19 @@ bool repl_peer_ready(const struct peer *p)
     return p->conn && repl_link_ready(p->conn->link);
 }
 
+/* Closes the peer's connection and frees its round's memory. */
+void repl_peer_free(struct peer *p)
+{
+    if (p->conn)
+        repl_conn_free(p->conn);
+    repl_round_reset(p);
+    free(p->round.own);
+    free(p->round.diffs);
+    free(p->round.wanted);
+    free(p->round.parts);
+    riblt_decoder_destroy(p->round.dec);
+}
+
 /*
  * An outgoing connection is gone (why: the reason, for the log): fail its
  * round, retry after a backoff. A peer that was up is logged down once;
@@ -72,14 +85,7 @@ void repl_peer_lost(struct peer *p, const char *why)
 /* Closes a slot's connection, frees its round state and marks it vacant. */
 static void peer_release(struct repl *r, struct peer *p)
 {
-    if (p->conn)
-        repl_conn_free(p->conn);
-    repl_round_reset(p);
-    free(p->round.own);
-    free(p->round.diffs);
-    free(p->round.wanted);
-    free(p->round.parts);
-    riblt_decoder_destroy(p->round.dec);
+    repl_peer_free(p);
     memset(p, 0, sizeof(*p));
     p->r = r;
     p->vacant = true;

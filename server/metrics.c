@@ -219,26 +219,40 @@ static void write_general(struct evbuffer *out, const struct listing *g)
     }
 }
 
+/*
+ * Peer i of the replication listing: -1 past the last, 0 for this node's
+ * own entry, 1 with its labels ({peer,node}) and its state filled.
+ */
+static int peer_at(const struct listing *r, int i, char *labels, size_t cap,
+                   const char **state)
+{
+    char key[48], lv[256];
+    snprintf(key, sizeof(key), "peer%d:addr", i);
+    const char *addr = get(r, key);
+    if (!addr)
+        return -1;
+    snprintf(key, sizeof(key), "peer%d:state", i);
+    *state = get(r, key);
+    if (*state && strcmp(*state, "self") == 0)
+        return 0;
+    snprintf(key, sizeof(key), "peer%d:node_id", i);
+    const char *id = get(r, key);
+    label_value(lv, sizeof(lv), addr);
+    snprintf(labels, cap, "{peer=\"%s\",node=\"%s\"}", lv, id ? id : "0");
+    return 1;
+}
+
 /* One gauge per peer (self left out) from its peerN:<field>. */
 static void peer_series(struct evbuffer *out, const struct listing *r,
                         const char *name, const char *help, const char *field)
 {
-    char key[64], labels[320], lv[256];
+    char key[64], labels[320];
+    const char *state;
     head(out, name, "gauge", help);
-    for (int i = 0; i < 1024; i++) {
-        snprintf(key, sizeof(key), "peer%d:addr", i);
-        const char *addr = get(r, key);
-        if (!addr)
-            break;
-        snprintf(key, sizeof(key), "peer%d:state", i);
-        const char *state = get(r, key);
-        if (state && strcmp(state, "self") == 0)
+    for (int i = 0, rc;
+         (rc = peer_at(r, i, labels, sizeof(labels), &state)) >= 0; i++) {
+        if (rc == 0)
             continue;
-        snprintf(key, sizeof(key), "peer%d:node_id", i);
-        const char *id = get(r, key);
-        label_value(lv, sizeof(lv), addr);
-        snprintf(labels, sizeof(labels), "{peer=\"%s\",node=\"%s\"}", lv,
-                 id ? id : "0");
         snprintf(key, sizeof(key), "peer%d:%s", i, field);
         sample(out, name, labels, get(r, key));
     }
@@ -247,7 +261,7 @@ static void peer_series(struct evbuffer *out, const struct listing *r,
 /* Replication: node counters, sums over peers, and one series per peer. */
 static void write_replication(struct evbuffer *out, const struct listing *r)
 {
-    char buf[64], labels[320], lv[256];
+    char buf[64], labels[320];
     static const struct simple node[] = {
         {"applied", "ribltcache_applied_total", "counter",
          "Mutations from peers that won and were applied."},
@@ -322,24 +336,12 @@ static void write_replication(struct evbuffer *out, const struct listing *r)
      * the difference that round found. */
     head(out, "ribltcache_peer_up", "gauge",
          "Whether the link to the peer is up.");
-    for (int i = 0; i < 1024; i++) {
-        char key[48];
-        snprintf(key, sizeof(key), "peer%d:addr", i);
-        const char *addr = get(r, key);
-        if (!addr)
-            break;
-        snprintf(key, sizeof(key), "peer%d:state", i);
-        const char *state = get(r, key);
-        if (state && strcmp(state, "self") == 0)
-            continue;
-        snprintf(key, sizeof(key), "peer%d:node_id", i);
-        const char *id = get(r, key);
-        label_value(lv, sizeof(lv), addr);
-        snprintf(labels, sizeof(labels), "{peer=\"%s\",node=\"%s\"}", lv,
-                 id ? id : "0");
-        sample(out, "ribltcache_peer_up", labels,
-               state && strcmp(state, "up") == 0 ? "1" : "0");
-    }
+    const char *state;
+    for (int i = 0, rc;
+         (rc = peer_at(r, i, labels, sizeof(labels), &state)) >= 0; i++)
+        if (rc > 0)
+            sample(out, "ribltcache_peer_up", labels,
+                   state && strcmp(state, "up") == 0 ? "1" : "0");
     peer_series(out, r, "ribltcache_peer_last_round_differences",
                 "Differences the last good round with the peer found.",
                 "last_round_diffs");

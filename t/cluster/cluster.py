@@ -71,6 +71,18 @@ def free_ports(n):
     return sorted(ports)
 
 
+def read_to_mn(s):
+    """Reads a connection's replies up to and including the `MN` that an
+    `mn` sent after the requests answers with; returns them."""
+    data = b""
+    while not data.endswith(b"MN\r\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            raise AssertionError("connection closed before MN")
+        data += chunk
+    return data
+
+
 def pipelined_sets(port, keys, value):
     """set <key> noreply for every key, pipelined, then an mn round trip."""
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -80,12 +92,7 @@ def pipelined_sets(port, keys, value):
                 b"set %s 0 0 %d noreply\r\n%s\r\n" % (k, len(value), value)
                 for k in keys[start:start + 1000]))
         s.sendall(b"mn\r\n")
-        data = b""
-        while not data.endswith(b"MN\r\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                raise AssertionError("connection closed before MN")
-            data += chunk
+        read_to_mn(s)
     finally:
         s.close()
 
@@ -99,13 +106,7 @@ def count_present(port, keys):
         for start in range(0, len(keys), 1000):
             batch = keys[start:start + 1000]
             s.sendall(b"".join(b"mg %s\r\n" % k for k in batch) + b"mn\r\n")
-            data = b""
-            while not data.endswith(b"MN\r\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    raise AssertionError("connection closed before MN")
-                data += chunk
-            present += data.count(b"HD\r\n")
+            present += read_to_mn(s).count(b"HD\r\n")
     finally:
         s.close()
     return present
