@@ -23,13 +23,17 @@
 
 #include "options.h"
 #include "proto_bin.h"
+#include "proto_ctx.h"
 #include "proto_text.h"
 #include "proxy.h"
-#include "stats_registry.h"
+#include "watch.h"
+#include "stats.h"
 
 /* Bytes asked of the kernel per read: with the buffer chain header this
  * makes a 16 KB allocation. */
 #define CONN_READ_CHUNK (16384 - 128)
+/* How often a streaming parser (PROTO_IDLE) is asked for more. */
+#define CONN_STREAM_POLL_MS 10
 /* Seconds a closing connection may wait for its peer to take the replies. */
 #define CONN_CLOSE_GRACE 5
 
@@ -60,6 +64,9 @@ struct conn {
     bool relay_blocked; /* the parser stopped at the relay in-flight cap:
                            reading waits for replies to come back */
     bool has_pev;       /* pev is assigned (relaying is on) */
+    bool idle_stream;   /* the parser streams (watch) with nothing to send
+                           now: rev polls it every CONN_STREAM_POLL_MS */
+    bool closed_error;  /* the parser closed for a protocol error */
     uint32_t last_active;
     uint32_t closing_since;
     conn_env *env;
@@ -143,6 +150,10 @@ static void conn_close(conn *c)
     if (env->verbose > 1) {
         fprintf(stderr, "<%d connection closed.\n", c->fd);
     }
+    if (watch_wanted(WATCH_CONNEVENTS)) {
+        watch_conn(false, (const struct sockaddr *)&c->peer, c->peerlen,
+                   c->closed_error ? "error" : "normal", c->fd);
+    }
     close(c->fd);
     c->fd = -1;
     /* Draining runs the reference cleanups: item references go back. */
@@ -211,6 +222,8 @@ int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
     c->paused = false;
     c->relay_blocked = false;
     c->has_pev = false;
+    c->idle_stream = false;
+    c->closed_error = false;
     touch(c);
     c->closing_since = 0;
     c->peerlen = 0;
@@ -219,6 +232,7 @@ int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
         c->peerlen = salen;
     }
     memset(&c->ctx, 0, sizeof(c->ctx));
+    c->ctx.fd = fd;
     c->ctx.store = env->store;
     c->ctx.cfg = env->pcfg;
     c->ctx.stats = env->stats;
@@ -264,6 +278,10 @@ int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
     pthread_mutex_unlock(&env->lock);
     if (env->verbose > 1) {
         fprintf(stderr, "<%d new client connection\n", fd);
+    }
+    if (watch_wanted(WATCH_CONNEVENTS)) {
+        watch_conn(true, (const struct sockaddr *)&c->peer, c->peerlen, NULL,
+                   fd);
     }
     return CONN_OK;
 }
@@ -311,10 +329,18 @@ static ssize_t read_chunk(conn *c, size_t want)
     return r;
 }
 
+/* (Re)arms the read event: with a poll timeout while the parser streams. */
+static int rev_add(conn *c)
+{
+    static const struct timeval poll_tv = {0, CONN_STREAM_POLL_MS * 1000};
+    return event_add(&c->rev, c->idle_stream ? &poll_tv : NULL);
+}
+
 /* Runs the connection's parser over c->in. Returns a PROTO_* code. */
 static int run_parser(conn *c)
 {
-    if (evbuffer_get_length(c->in) == 0) {
+    /* A paused parser may have work left without input (a long dump). */
+    if (evbuffer_get_length(c->in) == 0 && !c->paused && !c->idle_stream) {
         return PROTO_OK;
     }
     if (c->parser == PARSER_UNKNOWN) {
@@ -410,22 +436,23 @@ static bool flush_out(conn *c)
     } else if (c->relay_blocked) {
         /* relay_cb resumes once relayed replies come back */
     } else if (!c->reading && pending <= c->env->output_max / 2) {
-        if (event_add(&c->rev, NULL) != 0) {
+        if (rev_add(c) != 0) {
             conn_close(c);
             return false;
         }
         c->reading = true;
-        c->paused = false;
         set_state(c, CONN_WAITING);
-        /* A parser may have left complete requests behind while the
-         * output was full: let the read callback run it again. */
-        if (evbuffer_get_length(c->in) > 0) {
+        /* A parser may have left complete requests (or a dump) behind
+         * while the output was full: let the read callback run it again
+         * (after_parse sets paused anew). */
+        if (evbuffer_get_length(c->in) > 0 || c->paused) {
             event_active(&c->rev, EV_READ, 0);
         }
     } else if (c->paused && pending <= c->env->output_max / 2) {
         /* Still reading, but the requests the parser left behind may be
-         * all the client sends: no byte will wake the read callback. */
-        c->paused = false;
+         * all the client sends: no byte will wake the read callback.
+         * (paused stays set so that run_parser runs; after_parse sets it
+         * anew.) */
         event_active(&c->rev, EV_READ, 0);
     }
     return true;
@@ -483,7 +510,13 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 static void after_parse(conn *c, int rc, bool eof)
 {
     conn_env *env = c->env;
+    bool was_stream = c->idle_stream;
     c->paused = rc == PROTO_PAUSED;
+    c->idle_stream = rc == PROTO_IDLE;
+    if (c->idle_stream != was_stream && c->reading && rev_add(c) != 0) {
+        start_closing(c);
+        return;
+    }
     if (c->paused && c->ctx.proxy != NULL && proxy_blocked(&c->ctx, c->out)) {
         /* Too many relayed requests in flight: take no more input until
          * their replies are in (relay_cb). */
@@ -495,7 +528,9 @@ static void after_parse(conn *c, int rc, bool eof)
             env->request_shutdown(env->shutdown_arg);
         }
         start_closing(c);
-    } else if ((rc != PROTO_OK && rc != PROTO_PAUSED) || eof) {
+    } else if ((rc != PROTO_OK && rc != PROTO_PAUSED && rc != PROTO_IDLE) ||
+               eof) {
+        c->closed_error = rc == PROTO_CLOSE_ERROR;
         start_closing(c);
     } else if (evbuffer_get_length(c->in) > env->input_max) {
         /* A parser bounds what it buffers; this only guards the daemon

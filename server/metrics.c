@@ -14,7 +14,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
-#include "stats.h"
+#include "stats_registry.h"
 
 /* ============================================================ a listing */
 

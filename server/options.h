@@ -136,6 +136,10 @@ enum options_proto {
     X(idle_poll_us, 0, "idle-poll-us", OPTIONS_UINT, "5", 0, 1000000,         \
       "microseconds a worker keeps polling after input before it sleeps"      \
       " (0 = sleep at once)")                                                 \
+    X(watcher_logbuf_size, 0, "watcher-logbuf-size", OPTIONS_UINT, "256", 1,  \
+      1048576,                                                                \
+      "KB of event lines a `watch` connection may have waiting; lines "       \
+      "beyond are skipped and counted")                                       \
     X(binding_protocol, 'B', "protocol", OPTIONS_PROTO, "auto-negotiate", 0,  \
       0, "client protocol: auto, ascii or binary")                            \
     X(tcp_backlog, 'b', "listen-backlog", OPTIONS_UINT, "1024", 1, 65535,     \

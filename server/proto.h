@@ -12,6 +12,10 @@
  * The connection layer picks the parser from the first byte a client sends
  * and calls it again whenever more bytes arrive, or when `out` drained
  * after a parser stopped at cfg->output_max with requests still in `in`.
+ *
+ * Types and constants only, with no .c behind it, so that the parsers can
+ * share it without depending on one another. proto_ctx_cleanup, which has
+ * to reach every parser, is in proto_ctx.h, above them.
  */
 #ifndef PROTO_H
 #define PROTO_H
@@ -34,6 +38,10 @@ enum proto_rc {
                             `in`: call again once `out` has drained */
     PROTO_CLOSE = -1,    /* send what is in `out`, then close */
     PROTO_SHUTDOWN = -2, /* send `out`; the client asked for shutdown */
+    PROTO_CLOSE_ERROR = -3, /* as PROTO_CLOSE, for a protocol error */
+    PROTO_IDLE = 2,         /* a long-lived stream (watch) has nothing now:
+                               call again after a short while, even
+                               without input */
 };
 
 /*
@@ -75,6 +83,12 @@ typedef struct proto_config {
                               (0 = no limit); the caller runs the parser
                               again once it has drained */
     const char *version;   /* the version string */
+    /* `stats [group]` and `stats reset`: the daemon's listings (stats
+     * groups know the workers, which the parsers must not). list returns
+     * 0, or -1 for an unknown group. NULL: every group is unknown and
+     * reset does nothing. */
+    int (*stats_list)(const char *group, stats_emit_fn emit, void *arg);
+    void (*stats_reset)(void);
     /* Relaying: NULL (the default) serves every key here, at the cost of
      * one pointer test per request. Relaying requires sasl off. */
     proto_route_fn route_fn;
@@ -86,10 +100,11 @@ typedef struct proto_config {
 /*
  * Per-connection state shared by all parsers. Each parser keeps its own
  * private state behind its pointer, allocates it on first use and frees it
- * in proto_ctx_cleanup().
+ * in proto_ctx_cleanup() (proto_ctx.h).
  */
 typedef struct proto_ctx {
     store *store;
+    int fd; /* the connection's socket, for logs (-1 = none) */
     const proto_config *cfg;
     stats_thread *stats; /* this worker thread's counters */
     int verbose;         /* -v level */
@@ -103,8 +118,5 @@ typedef struct proto_ctx {
     void *relay_owner;         /* the connection, for the pool's wake-up */
     void *proxy;               /* proxy's per-connection state */
 } proto_ctx;
-
-/* Frees the parsers' private state (not the ctx itself). */
-void proto_ctx_cleanup(proto_ctx *ctx);
 
 #endif /* PROTO_H */

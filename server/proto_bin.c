@@ -48,6 +48,7 @@
 #include "bin_wire.h"
 #include "prefix_stats.h"
 #include "proxy.h"
+#include "watch.h"
 
 /* Longest key memcached accepts (the wire allows 65535). */
 #define BIN_KEY_MAX 250
@@ -85,9 +86,12 @@ typedef struct bin_req {
 
 /* What bin_admit decided about a request from its header. */
 enum bin_verdict {
-    BIN_RUN = 0,   /* buffer the whole packet and execute it */
-    BIN_SKIP = 1,  /* reply written; drop the body */
-    BIN_CLOSE = 2, /* reply (if any) written; close the connection */
+    BIN_RUN = 0,       /* buffer the whole packet and execute it */
+    BIN_SKIP = 1,      /* reply written; drop the body */
+    BIN_CLOSE = 2,     /* reply (if any) written; close the connection */
+    BIN_WAIT = 3,      /* nothing written; judge again when more bytes came */
+    BIN_SKIP_DROP = 4, /* a SET refused for its size: as BIN_SKIP, after
+                          the key (in `in` already) is removed */
 };
 
 #define BIN_COUNT(ctx, name)                                                  \
@@ -327,7 +331,8 @@ static int bin_fatal(proto_ctx *ctx, const bin_req *r, struct evbuffer *out,
  * more bytes arrive while the body is incomplete, so BIN_RUN must not have
  * side effects.
  */
-static int bin_admit(proto_ctx *ctx, const bin_req *r, struct evbuffer *out)
+static int bin_admit(proto_ctx *ctx, const bin_req *r, struct evbuffer *out,
+                     size_t avail)
 {
     const bin_header *h = &r->h;
     const proto_config *cfg = ctx->cfg;
@@ -376,10 +381,15 @@ static int bin_admit(proto_ctx *ctx, const bin_req *r, struct evbuffer *out)
         /* The store decides the exact limit (it counts its overhead);
          * this only keeps a hopeless value from being buffered. */
         if (h->bodylen - h->keylen - h->extlen > cfg->item_size_max) {
+            /* a refused SET removes the key (as memcached, and as the
+             * text protocol): wait for the key's bytes first */
+            bool drop = r->cmd == BIN_OP_SET;
+            if (drop && avail < BIN_HEADER_LEN + (size_t)h->extlen + h->keylen)
+                return BIN_WAIT;
             BIN_COUNT(ctx, cmd_set);
             BIN_COUNT(ctx, store_too_large);
             bin_error(out, r, BIN_STATUS_E2BIG);
-            return BIN_SKIP;
+            return drop ? BIN_SKIP_DROP : BIN_SKIP;
         }
         break;
     default:
@@ -425,6 +435,8 @@ static int bin_get(proto_ctx *ctx, const bin_req *r, struct evbuffer *out)
         BIN_COUNT(ctx, get_expired);
     else if (ri.why == STORE_MISS_FLUSHED)
         BIN_COUNT(ctx, get_flushed);
+    if (watch_wanted(WATCH_FETCHERS))
+        watch_item_get(r->key, nkey, it, ri.why, ctx->fd);
 
     if (!it) {
         if (r->quiet)
@@ -543,6 +555,9 @@ static int bin_update(proto_ctx *ctx, const bin_req *r, struct evbuffer *out)
 
     BIN_COUNT(ctx, cmd_set);
     rc = store_write_item(ctx->store, &w, &new_cas);
+    if (watch_wanted(WATCH_MUTATIONS))
+        watch_item_store(&w, rc, store_exptime_abs(ctx->store, 1) - 1,
+                         ctx->fd);
     if (w.mode == STORE_CAS) {
         if (rc == STORE_STORED)
             BIN_COUNT(ctx, cas_hits);
@@ -784,9 +799,11 @@ static int bin_stat(proto_ctx *ctx, const bin_req *r, struct evbuffer *out)
         return bin_error(out, r, BIN_STATUS_KEY_ENOENT);
     if (strncmp(group, "detail ", 7) == 0)
         return bin_stat_detail(out, r, group + 7);
-    if (strcmp(group, "reset") == 0)
-        stats_reset();
-    else if (stats_emit_group(group, bin_stat_emit, &sink) != 0)
+    if (strcmp(group, "reset") == 0) {
+        if (ctx->cfg->stats_reset != NULL)
+            ctx->cfg->stats_reset();
+    } else if (ctx->cfg->stats_list == NULL ||
+               ctx->cfg->stats_list(group, bin_stat_emit, &sink) != 0)
         return bin_error(out, r, BIN_STATUS_KEY_ENOENT);
     return bin_reply(out, r, BIN_STATUS_OK, 0, NULL, 0, NULL, 0, "", 0);
 }
@@ -1034,6 +1051,32 @@ static bool bin_discard(proto_ctx *ctx, struct evbuffer *in)
     return st->discard == 0;
 }
 
+/*
+ * The key of a SET refused for its size (its bytes are in `in`) is
+ * removed through an ordinary, replicated delete, so that its old value
+ * is not served as if the set had not happened; a key relayed to its
+ * owners (scale-out) is left to them.
+ */
+static void bin_drop_refused(proto_ctx *ctx, struct evbuffer *in,
+                             const bin_req *r)
+{
+    char key[BIN_KEY_MAX];
+    size_t nkey = r->h.keylen;
+    struct evbuffer_ptr at;
+
+    if (nkey == 0 || nkey > sizeof(key) ||
+        evbuffer_ptr_set(in, &at, BIN_HEADER_LEN + r->h.extlen,
+                         EVBUFFER_PTR_SET) != 0 ||
+        evbuffer_copyout_from(in, &at, key, nkey) != (ev_ssize_t)nkey)
+        return;
+    if (ctx->cfg->route_fn != NULL) {
+        proto_target t[PROTO_ROUTE_MAX];
+        if (proxy_route(ctx, key, nkey, true, t) > 0)
+            return;
+    }
+    (void)store_delete(ctx->store, key, nkey, 0);
+}
+
 int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
                       struct evbuffer *conn_out)
 {
@@ -1070,9 +1113,14 @@ int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
         }
         r.cmd = bin_loud(r.h.opcode, &r.quiet);
 
-        switch (bin_admit(ctx, &r, out)) {
+        switch (bin_admit(ctx, &r, out, avail)) {
         case BIN_CLOSE:
             return PROTO_CLOSE;
+        case BIN_WAIT:
+            return PROTO_OK;
+        case BIN_SKIP_DROP:
+            bin_drop_refused(ctx, in, &r);
+            /* fall through */
         case BIN_SKIP:
             body_in = avail - BIN_HEADER_LEN;
             if (body_in > r.h.bodylen)

@@ -33,8 +33,6 @@
  * replicate with it.
  *
  * Deliberate differences from memcached (all on bad input):
- *   - keys with control characters (bytes < 0x21 or 0x7f) are refused
- *     with "CLIENT_ERROR bad command line format";
  *   - numbers that do not fit their field (byte counts that would wrap)
  *     are refused instead of being truncated; client flags are kept
  *     modulo 2^32 as memcached does;
@@ -46,6 +44,7 @@
  *     (its old value would otherwise be served).
  */
 #include "proto_text.h"
+#include "proto_text_int.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -55,41 +54,11 @@
 
 #include "prefix_stats.h"
 #include "proxy.h"
-
-#define PT_KEY_MAX 250
-#define PT_MAX_TOKENS 24      /* memcached counts 23 tokens + an end mark */
-#define PT_META_MAX_TOKENS 20 /* same count, for meta flags */
-#define PT_OPAQUE_MAX 32
-#define PT_COPY_MAX 256 /* values below this are copied, not referenced */
-#define PT_OUTBUF 8192
-#define PT_DEFAULT_MAX_LINE 2048
-#define PT_LINE_MAX 1024 /* longest reply line we build (meta) */
-#define PT_VERBOSITY_MAX 2
-
-/* Handler results besides ">= 0: extra bytes consumed after the line". */
-enum {
-    PT_NEED = -1,     /* the request's data block is not complete yet */
-    PT_CLOSE = -2,    /* quit, or an HTTP request */
-    PT_SHUTDOWN = -3, /* shutdown */
-};
-
-/* Per-connection state: what is left of a previous request. */
-typedef struct pt_state {
-    uint64_t swallow; /* bytes of a refused data block still to discard */
-    bool skip_line;   /* discarding an over-long line up to its newline */
-} pt_state;
+#include "watch.h"
 
 /* ================================================================ writer */
 
-typedef struct pt_out {
-    struct evbuffer *ev;   /* where replies go now */
-    struct evbuffer *base; /* the connection's output (ev differs while
-                              relayed requests are in flight) */
-    size_t n;
-    char buf[PT_OUTBUF];
-} pt_out;
-
-static void out_flush(pt_out *o)
+void pt_out_flush(pt_out *o)
 {
     if (o->n) {
         evbuffer_add(o->ev, o->buf, o->n);
@@ -97,10 +66,10 @@ static void out_flush(pt_out *o)
     }
 }
 
-static void out_put(pt_out *o, const void *p, size_t n)
+void pt_out_put(pt_out *o, const void *p, size_t n)
 {
     if (n > sizeof(o->buf) - o->n) {
-        out_flush(o);
+        pt_out_flush(o);
         if (n > sizeof(o->buf)) {
             evbuffer_add(o->ev, p, n);
             return;
@@ -111,22 +80,20 @@ static void out_put(pt_out *o, const void *p, size_t n)
 }
 
 /* Returns room for n (<= PT_OUTBUF) bytes; out_commit says how many. */
-static char *out_reserve(pt_out *o, size_t n)
+char *pt_out_reserve(pt_out *o, size_t n)
 {
     if (n > sizeof(o->buf) - o->n)
-        out_flush(o);
+        pt_out_flush(o);
     return o->buf + o->n;
 }
 
-static void out_commit(pt_out *o, const char *end)
+void pt_out_commit(pt_out *o, const char *end)
 {
     o->n = (size_t)(end - o->buf);
 }
 
-#define OUT_LIT(o, s) out_put((o), s, sizeof(s) - 1)
-
 /* Writes v in decimal at p; returns the end. */
-static char *fmt_u64(char *p, uint64_t v)
+char *pt_fmt_u64(char *p, uint64_t v)
 {
     char tmp[20];
     int i = 0;
@@ -139,22 +106,20 @@ static char *fmt_u64(char *p, uint64_t v)
     return p;
 }
 
-static char *fmt_i64(char *p, int64_t v)
+char *pt_fmt_i64(char *p, int64_t v)
 {
     if (v < 0) {
         *p++ = '-';
-        return fmt_u64(p, (uint64_t)0 - (uint64_t)v);
+        return pt_fmt_u64(p, (uint64_t)0 - (uint64_t)v);
     }
-    return fmt_u64(p, (uint64_t)v);
+    return pt_fmt_u64(p, (uint64_t)v);
 }
 
-static char *put_mem(char *p, const void *s, size_t n)
+char *pt_put_mem(char *p, const void *s, size_t n)
 {
     memcpy(p, s, n);
     return p + n;
 }
-
-#define PUT_LIT(p, s) put_mem((p), s, sizeof(s) - 1)
 
 /* evbuffer cleanup for values added by reference: drops the item. */
 static void release_item_cb(const void *data, size_t len, void *arg)
@@ -172,14 +137,14 @@ static void release_item_cb(const void *data, size_t len, void *arg)
 static void out_value(pt_out *o, store_item *it, const char *v, size_t n)
 {
     if (n < PT_COPY_MAX) {
-        char *p = out_reserve(o, n + 2);
-        p = put_mem(p, v, n);
+        char *p = pt_out_reserve(o, n + 2);
+        p = pt_put_mem(p, v, n);
         p = PUT_LIT(p, "\r\n");
-        out_commit(o, p);
+        pt_out_commit(o, p);
         store_item_release(it);
         return;
     }
-    out_flush(o);
+    pt_out_flush(o);
     if (evbuffer_add_reference(o->ev, v, n, release_item_cb, it) != 0) {
         evbuffer_add(o->ev, v, n);
         store_item_release(it);
@@ -244,7 +209,7 @@ static size_t b64_decode(const char *in, size_t n, char *out)
 }
 
 /* Encodes n bytes at p (padded); returns the end. */
-static char *b64_encode(char *p, const unsigned char *in, size_t n)
+char *pt_b64_encode(char *p, const unsigned char *in, size_t n)
 {
     size_t i = 0;
     for (; i + 3 <= n; i += 3) {
@@ -269,26 +234,8 @@ static char *b64_encode(char *p, const unsigned char *in, size_t n)
 
 /* ======================================================= tokens, numbers */
 
-typedef struct pt_tok {
-    const char *s;
-    size_t n;
-} pt_tok;
-
-/* One request: its line, its tokens and where its data block starts. */
-typedef struct pt_req {
-    proto_ctx *ctx;
-    pt_state *st;
-    pt_out *o;
-    const char *line; /* the command line without "\r\n" */
-    size_t len;
-    size_t linesz;    /* bytes of the line including its newline */
-    const char *data; /* bytes after the line, contiguous */
-    size_t avail;
-    size_t need; /* PT_NEED: bytes needed from the start of the line */
-    pt_tok t[PT_MAX_TOKENS];
-    size_t nt; /* tokens held; memcached's token count is nt + 1 */
-    bool noreply;
-} pt_req;
+#define PT_GET_CAS 1   /* gets, gats: values with their cas */
+#define PT_GET_TOUCH 2 /* gat, gats: an exptime before the keys */
 
 /* Splits the line at spaces into at most PT_MAX_TOKENS - 1 tokens. */
 static void tokenize(pt_req *r)
@@ -314,15 +261,13 @@ static void tokenize(pt_req *r)
     }
 }
 
-static bool tok_is(const pt_tok *t, const char *s, size_t n)
+bool pt_tok_is(const pt_tok *t, const char *s, size_t n)
 {
     return t->n == n && memcmp(t->s, s, n) == 0;
 }
 
-#define TOK_IS(t, lit) tok_is((t), lit, sizeof(lit) - 1)
-
 /* Unsigned decimal, digits only, no overflow. */
-static bool parse_u64(const char *s, size_t n, uint64_t *out)
+bool pt_parse_u64(const char *s, size_t n, uint64_t *out)
 {
     uint64_t v = 0;
     if (n == 0 || n > 20)
@@ -339,10 +284,10 @@ static bool parse_u64(const char *s, size_t n, uint64_t *out)
     return true;
 }
 
-static bool parse_u32(const char *s, size_t n, uint32_t *out)
+bool pt_parse_u32(const char *s, size_t n, uint32_t *out)
 {
     uint64_t v;
-    if (!parse_u64(s, n, &v) || v > UINT32_MAX)
+    if (!pt_parse_u64(s, n, &v) || v > UINT32_MAX)
         return false;
     *out = (uint32_t)v;
     return true;
@@ -356,14 +301,14 @@ static bool parse_u32(const char *s, size_t n, uint32_t *out)
 static bool parse_flags(const char *s, size_t n, uint32_t *out)
 {
     uint64_t v;
-    if (!parse_u64(s, n, &v))
+    if (!pt_parse_u64(s, n, &v))
         return false;
     *out = (uint32_t)v;
     return true;
 }
 
 /* Signed decimal: an optional '-' then digits. */
-static bool parse_i64(const char *s, size_t n, int64_t *out)
+bool pt_parse_i64(const char *s, size_t n, int64_t *out)
 {
     uint64_t v;
     bool neg = n > 0 && s[0] == '-';
@@ -371,7 +316,7 @@ static bool parse_i64(const char *s, size_t n, int64_t *out)
         s++;
         n--;
     }
-    if (!parse_u64(s, n, &v))
+    if (!pt_parse_u64(s, n, &v))
         return false;
     if (neg) {
         if (v > (uint64_t)INT64_MAX + 1)
@@ -385,39 +330,28 @@ static bool parse_i64(const char *s, size_t n, int64_t *out)
     return true;
 }
 
-/* A key: 1..250 bytes, none of them a control character or a space. */
-static bool key_ok(const char *k, size_t n)
+/*
+ * A key: 1..250 bytes. As in memcached, any byte but the space that ends
+ * it (and the newline that ends the line) may be part of it, control
+ * bytes included: keys are length-counted everywhere past the parser.
+ */
+bool pt_key_ok(const char *k, size_t n)
 {
-    if (n == 0 || n > PT_KEY_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)k[i];
-        if (c <= ' ' || c == 0x7f)
-            return false;
-    }
-    return true;
+    return n > 0 && n <= PT_KEY_MAX && memchr(k, '\n', n) == NULL;
 }
 
 /* ============================================================= helpers */
 
-#define STAT(r, name)                                                         \
-    do {                                                                      \
-        if ((r)->ctx->stats)                                                  \
-            STATS_INCR((r)->ctx->stats, name);                                \
-    } while (0)
-
 /* Replies "str\r\n" unless the request asked for noreply. */
-static void reply(pt_req *r, const char *s, size_t n)
+void pt_reply(pt_req *r, const char *s, size_t n)
 {
     if (r->noreply)
         return;
-    char *p = out_reserve(r->o, n + 2);
-    p = put_mem(p, s, n);
+    char *p = pt_out_reserve(r->o, n + 2);
+    p = pt_put_mem(p, s, n);
     p = PUT_LIT(p, "\r\n");
-    out_commit(r->o, p);
+    pt_out_commit(r->o, p);
 }
-
-#define REPLY(r, lit) reply((r), lit, sizeof(lit) - 1)
 
 /*
  * Relays this request (its line and the ndata bytes after it) to the
@@ -436,7 +370,7 @@ static int relay(pt_req *r, const proto_target *t, int nt, size_t ndata,
         .targets = t,
         .ntargets = nt,
     };
-    out_flush(r->o);
+    pt_out_flush(r->o);
     proxy_relay(r->ctx, r->o->base, &q);
     r->o->ev = proxy_out(r->ctx, r->o->base);
     return (int)ndata;
@@ -446,6 +380,22 @@ static int relay(pt_req *r, const proto_target *t, int nt, size_t ndata,
 static uint8_t relay_kind(bool quiet)
 {
     return quiet ? PROXY_TEXT_QUIET : PROXY_TEXT_LINE;
+}
+
+/*
+ * A one-line write of key t[1] that this node does not serve is relayed
+ * to its owners (after the handler checked the request, so bad input is
+ * answered here). Returns 0 when it was relayed, -1 when it is ours.
+ */
+static int relay_line(pt_req *r)
+{
+    if (r->ctx->cfg->route_fn == NULL)
+        return -1;
+    proto_target t[PROTO_ROUTE_MAX];
+    int nt = proxy_route(r->ctx, r->t[1].s, r->t[1].n, true, t);
+    if (nt <= 0)
+        return -1;
+    return relay(r, t, nt, 0, relay_kind(r->noreply));
 }
 
 static int64_t now_s(store *s)
@@ -555,6 +505,13 @@ static void drop_refused(pt_req *r, const char *key, size_t nkey)
 
 static int do_write(pt_req *r, const store_write *w, uint64_t *cas_out)
 {
+    if (watch_wanted(WATCH_FETCHERS)) {
+        store_read_info ri;
+        store_item *old = store_peek_ex(r->ctx->store, w->key, w->nkey, &ri);
+        watch_item_get(w->key, w->nkey, old, ri.why, r->ctx->fd);
+        if (old != NULL)
+            store_item_release(old);
+    }
     prefix_stats_record(w->key, w->nkey, PREFIX_STATS_SET, false);
     if (w->mode == STORE_CAS && !r->ctx->cfg->cas_enabled) {
         store_item *it = store_get(r->ctx->store, w->key, w->nkey);
@@ -566,6 +523,8 @@ static int do_write(pt_req *r, const store_write *w, uint64_t *cas_out)
     int rc = store_write_item(r->ctx->store, w, cas_out);
     if (rc == STORE_ERR_TOO_LARGE && w->mode == STORE_SET && w->cas == 0)
         drop_refused(r, w->key, w->nkey);
+    if (watch_wanted(WATCH_MUTATIONS))
+        watch_item_store(w, rc, now_s(r->ctx->store), r->ctx->fd);
     return rc;
 }
 
@@ -594,19 +553,19 @@ static void out_get_hit(pt_req *r, store_item *it, bool with_cas)
     size_t nkey, nval;
     const char *key = store_item_key(it, &nkey);
     const char *val = store_item_value(it, &nval);
-    char *p = out_reserve(r->o, 6 + nkey + 3 * 21 + 2 + 2);
+    char *p = pt_out_reserve(r->o, 6 + nkey + 3 * 21 + 2 + 2);
     p = PUT_LIT(p, "VALUE ");
-    p = put_mem(p, key, nkey);
+    p = pt_put_mem(p, key, nkey);
     *p++ = ' ';
-    p = fmt_u64(p, store_item_flags(it));
+    p = pt_fmt_u64(p, store_item_flags(it));
     *p++ = ' ';
-    p = fmt_u64(p, nval);
+    p = pt_fmt_u64(p, nval);
     if (with_cas) {
         *p++ = ' ';
-        p = fmt_u64(p, item_cas(r, it));
+        p = pt_fmt_u64(p, item_cas(r, it));
     }
     p = PUT_LIT(p, "\r\n");
-    out_commit(r->o, p);
+    pt_out_commit(r->o, p);
     out_value(r->o, it, val, nval);
 }
 
@@ -633,6 +592,8 @@ static void get_one(pt_req *r, const pt_tok *k, bool with_cas, bool touch,
     }
     count_stale_miss(r, ri.why);
     prefix_stats_record(k->s, k->n, PREFIX_STATS_GET, it != NULL);
+    if (watch_wanted(WATCH_FETCHERS))
+        watch_item_get(k->s, k->n, it, ri.why, r->ctx->fd);
     if (it)
         out_get_hit(r, it, with_cas);
 }
@@ -678,7 +639,7 @@ static void run_flush(pt_req *r, pt_run *run)
         .targets = run->t,
         .ntargets = run->nt,
     };
-    out_flush(r->o);
+    pt_out_flush(r->o);
     proxy_relay(r->ctx, r->o->base, &q);
     r->o->ev = proxy_out(r->ctx, r->o->base);
     run->len = run->head;
@@ -711,7 +672,7 @@ static int get_routed(pt_req *r, bool with_cas, bool touch, int64_t exptime,
                 .targets = cur,
                 .ntargets = nt,
             };
-            out_flush(r->o);
+            pt_out_flush(r->o);
             proxy_relay(r->ctx, r->o->base, &q);
             r->o->ev = proxy_out(r->ctx, r->o->base);
             return 0;
@@ -765,19 +726,16 @@ static int get_routed(pt_req *r, bool with_cas, bool touch, int64_t exptime,
  * All keys are checked before any is looked up, so a bad key answers a
  * single error and touches nothing.
  */
-static int cmd_get(pt_req *r, bool with_cas, bool touch)
+static int cmd_get(pt_req *r, int arg)
 {
+    bool with_cas = arg & PT_GET_CAS, touch = arg & PT_GET_TOUCH;
     int64_t exptime = 0;
     const char *p = r->t[0].s + r->t[0].n, *e = r->line + r->len;
     pt_tok k;
     size_t nkeys = 0;
 
-    if (r->nt < 2) {
-        REPLY(r, "ERROR");
-        return 0;
-    }
     if (touch) {
-        if (!parse_i64(r->t[1].s, r->t[1].n, &exptime)) {
+        if (!pt_parse_i64(r->t[1].s, r->t[1].n, &exptime)) {
             REPLY(r, "CLIENT_ERROR invalid exptime argument");
             return 0;
         }
@@ -785,7 +743,7 @@ static int cmd_get(pt_req *r, bool with_cas, bool touch)
         p = r->t[1].s + r->t[1].n;
     }
     for (const char *q = p; next_key(&q, e, &k); nkeys++) {
-        if (!key_ok(k.s, k.n)) {
+        if (!pt_key_ok(k.s, k.n)) {
             REPLY(r, "CLIENT_ERROR bad command line format");
             return 0;
         }
@@ -804,25 +762,19 @@ static int cmd_get(pt_req *r, bool with_cas, bool touch)
  * data block. Format errors leave the data block to be read as commands
  * (as memcached does); a too-large object swallows it.
  */
-static int cmd_store(pt_req *r, enum store_set_mode mode)
+static int cmd_store(pt_req *r, int arg)
 {
+    enum store_set_mode mode = (enum store_set_mode)arg;
     bool is_cas = mode == STORE_CAS;
-    size_t want = is_cas ? 6 : 5;
     uint32_t flags;
     int64_t exptime, vlen;
     uint64_t cas = 0;
 
-    if (r->nt != want && r->nt != want + 1) {
-        REPLY(r, "ERROR");
-        return 0;
-    }
-    r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
     const pt_tok *key = &r->t[1];
-    if (!key_ok(key->s, key->n) ||
-        !parse_flags(r->t[2].s, r->t[2].n, &flags) ||
-        !parse_i64(r->t[3].s, r->t[3].n, &exptime) ||
-        !parse_i64(r->t[4].s, r->t[4].n, &vlen) ||
-        (is_cas && !parse_u64(r->t[5].s, r->t[5].n, &cas)) || vlen < 0 ||
+    if (!parse_flags(r->t[2].s, r->t[2].n, &flags) ||
+        !pt_parse_i64(r->t[3].s, r->t[3].n, &exptime) ||
+        !pt_parse_i64(r->t[4].s, r->t[4].n, &vlen) ||
+        (is_cas && !pt_parse_u64(r->t[5].s, r->t[5].n, &cas)) || vlen < 0 ||
         vlen > INT_MAX - 2) {
         REPLY(r, "CLIENT_ERROR bad command line format");
         return 0;
@@ -869,12 +821,9 @@ static int cmd_store(pt_req *r, enum store_set_mode mode)
 }
 
 /* delete <key> [0] [noreply] */
-static int cmd_delete(pt_req *r)
+static int cmd_delete(pt_req *r, int arg)
 {
-    if (r->nt < 2 || r->nt > 4) {
-        REPLY(r, "ERROR");
-        return 0;
-    }
+    (void)arg;
     if (r->nt > 2) {
         bool hold0 = TOK_IS(&r->t[2], "0");
         r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
@@ -886,16 +835,8 @@ static int cmd_delete(pt_req *r)
             return 0;
         }
     }
-    if (!key_ok(r->t[1].s, r->t[1].n)) {
-        REPLY(r, "CLIENT_ERROR bad command line format");
+    if (relay_line(r) == 0)
         return 0;
-    }
-    if (r->ctx->cfg->route_fn != NULL) {
-        proto_target t[PROTO_ROUTE_MAX];
-        int nt = proxy_route(r->ctx, r->t[1].s, r->t[1].n, true, t);
-        if (nt > 0)
-            return relay(r, t, nt, 0, relay_kind(r->noreply));
-    }
     prefix_stats_record(r->t[1].s, r->t[1].n, PREFIX_STATS_DEL, false);
     int rc = store_delete(r->ctx->store, r->t[1].s, r->t[1].n, 0);
     if (rc == STORE_DELETED) {
@@ -909,29 +850,17 @@ static int cmd_delete(pt_req *r)
 }
 
 /* incr|decr <key> <delta> [noreply] */
-static int cmd_arith(pt_req *r, bool incr)
+static int cmd_arith(pt_req *r, int arg)
 {
+    bool incr = arg != 0;
     uint64_t delta, value = 0;
 
-    if (r->nt != 3 && r->nt != 4) {
-        REPLY(r, "ERROR");
-        return 0;
-    }
-    r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
-    if (!key_ok(r->t[1].s, r->t[1].n)) {
-        REPLY(r, "CLIENT_ERROR bad command line format");
-        return 0;
-    }
-    if (!parse_u64(r->t[2].s, r->t[2].n, &delta)) {
+    if (!pt_parse_u64(r->t[2].s, r->t[2].n, &delta)) {
         REPLY(r, "CLIENT_ERROR invalid numeric delta argument");
         return 0;
     }
-    if (r->ctx->cfg->route_fn != NULL) {
-        proto_target t[PROTO_ROUTE_MAX];
-        int nt = proxy_route(r->ctx, r->t[1].s, r->t[1].n, true, t);
-        if (nt > 0)
-            return relay(r, t, nt, 0, relay_kind(r->noreply));
-    }
+    if (relay_line(r) == 0)
+        return 0;
     store_arith_req a = {
         .key = r->t[1].s, .nkey = r->t[1].n, .incr = incr, .delta = delta};
     int rc = store_arith(r->ctx->store, &a, &value, NULL);
@@ -943,8 +872,8 @@ static int cmd_arith(pt_req *r, bool incr)
         else
             STAT(r, decr_hits);
         char buf[24];
-        char *p = fmt_u64(buf, value);
-        reply(r, buf, (size_t)(p - buf));
+        char *p = pt_fmt_u64(buf, value);
+        pt_reply(r, buf, (size_t)(p - buf));
         break;
     }
     case STORE_NOT_FOUND:
@@ -966,29 +895,17 @@ static int cmd_arith(pt_req *r, bool incr)
 }
 
 /* touch <key> <exptime> [noreply] */
-static int cmd_touch(pt_req *r)
+static int cmd_touch(pt_req *r, int arg)
 {
     int64_t exptime;
 
-    if (r->nt != 3 && r->nt != 4) {
-        REPLY(r, "ERROR");
-        return 0;
-    }
-    r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
-    if (!key_ok(r->t[1].s, r->t[1].n)) {
-        REPLY(r, "CLIENT_ERROR bad command line format");
-        return 0;
-    }
-    if (!parse_i64(r->t[2].s, r->t[2].n, &exptime)) {
+    (void)arg;
+    if (!pt_parse_i64(r->t[2].s, r->t[2].n, &exptime)) {
         REPLY(r, "CLIENT_ERROR invalid exptime argument");
         return 0;
     }
-    if (r->ctx->cfg->route_fn != NULL) {
-        proto_target t[PROTO_ROUTE_MAX];
-        int nt = proxy_route(r->ctx, r->t[1].s, r->t[1].n, true, t);
-        if (nt > 0)
-            return relay(r, t, nt, 0, relay_kind(r->noreply));
-    }
+    if (relay_line(r) == 0)
+        return 0;
     STAT(r, cmd_touch);
     exptime = store_exptime_abs(r->ctx->store, exptime);
     int why;
@@ -1005,23 +922,19 @@ static int cmd_touch(pt_req *r)
 }
 
 /* flush_all [delay] [noreply] */
-static int cmd_flush_all(pt_req *r)
+static int cmd_flush_all(pt_req *r, int arg)
 {
     int64_t exptime = 0;
     uint32_t delay = 0;
 
-    if (r->nt > 3) {
-        REPLY(r, "ERROR");
-        return 0;
-    }
-    r->noreply = r->nt > 1 && TOK_IS(&r->t[r->nt - 1], "noreply");
+    (void)arg;
     STAT(r, cmd_flush);
     if (!r->ctx->cfg->flush_enabled) {
         REPLY(r, "CLIENT_ERROR flush_all not allowed");
         return 0;
     }
     if (r->nt != (r->noreply ? 2u : 1u)) {
-        if (!parse_i64(r->t[1].s, r->t[1].n, &exptime)) {
+        if (!pt_parse_i64(r->t[1].s, r->t[1].n, &exptime)) {
             REPLY(r, "CLIENT_ERROR invalid exptime argument");
             return 0;
         }
@@ -1039,188 +952,6 @@ static int cmd_flush_all(pt_req *r)
     return 0;
 }
 
-/* verbosity <level> [noreply] */
-static int cmd_verbosity(pt_req *r)
-{
-    uint32_t level;
-
-    if (r->nt != 2 && r->nt != 3) {
-        REPLY(r, "ERROR");
-        return 0;
-    }
-    r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
-    if (!parse_u32(r->t[1].s, r->t[1].n, &level)) {
-        REPLY(r, "CLIENT_ERROR bad command line format");
-        return 0;
-    }
-    r->ctx->verbose = level > PT_VERBOSITY_MAX ? PT_VERBOSITY_MAX : (int)level;
-    REPLY(r, "OK");
-    return 0;
-}
-
-/*
- * slabs automove <0|1|2> | slabs reassign <src> <dst>. There is one class
- * (items are allocated at their size, see stats slabs): automove is
- * accepted, a reassignment names a class that does not exist or the same
- * class twice, answered as memcached answers those.
- */
-static int cmd_slabs(pt_req *r)
-{
-    uint32_t v, src, dst;
-
-    if (r->nt == 3 && TOK_IS(&r->t[1], "automove")) {
-        if (!parse_u32(r->t[2].s, r->t[2].n, &v) || v > 2) {
-            REPLY(r, "CLIENT_ERROR bad command line format");
-            return 0;
-        }
-        REPLY(r, "OK");
-        return 0;
-    }
-    if (r->nt == 4 && TOK_IS(&r->t[1], "reassign")) {
-        bool any = r->t[2].n == 2 && memcmp(r->t[2].s, "-1", 2) == 0;
-        if (!any && !parse_u32(r->t[2].s, r->t[2].n, &src)) {
-            REPLY(r, "CLIENT_ERROR bad command line format");
-            return 0;
-        }
-        if (!parse_u32(r->t[3].s, r->t[3].n, &dst)) {
-            REPLY(r, "CLIENT_ERROR bad command line format");
-            return 0;
-        }
-        if (!any && src == dst)
-            REPLY(r, "SAME src and dst class are identical");
-        else
-            REPLY(r, "BADCLASS invalid src or dst class");
-        return 0;
-    }
-    REPLY(r, "ERROR");
-    return 0;
-}
-
-/* cache_memlimit <megabytes> [noreply]: the memory limit, at run time. */
-static int cmd_cache_memlimit(pt_req *r)
-{
-    uint64_t mb;
-
-    if (r->nt != 2 && r->nt != 3) {
-        REPLY(r, "ERROR");
-        return 0;
-    }
-    r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
-    if (!parse_u64(r->t[1].s, r->t[1].n, &mb) || mb > (1ULL << 40)) {
-        REPLY(r, "CLIENT_ERROR bad command line format");
-        return 0;
-    }
-    /* memcached's floor, and ours: the record table must fit below. */
-    if (mb < 8 ||
-        store_set_memory_limit(r->ctx->store, (size_t)mb << 20) != STORE_OK) {
-        REPLY(r, "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m");
-        return 0;
-    }
-    REPLY(r, "OK");
-    return 0;
-}
-
-static void emit_stat(void *arg, const char *name, const char *value)
-{
-    pt_out *o = arg;
-    size_t nn = strlen(name), nv = strlen(value);
-    if (nn + nv + 9 > PT_OUTBUF) /* never for real stats; stay correct */
-        return;
-    char *p = out_reserve(o, nn + nv + 9);
-    p = PUT_LIT(p, "STAT ");
-    p = put_mem(p, name, nn);
-    *p++ = ' ';
-    p = put_mem(p, value, nv);
-    p = PUT_LIT(p, "\r\n");
-    out_commit(o, p);
-}
-
-/* stats [group]: the daemon lists the groups; "reset" and "detail" here. */
-/* One `stats detail dump` line (prefix_stats_dump callback). */
-static void detail_line(void *arg, const char *text, size_t len)
-{
-    pt_out *o = arg;
-    if (len + 2 > PT_OUTBUF)
-        return;
-    char *p = out_reserve(o, len + 2);
-    p = put_mem(p, text, len);
-    p = PUT_LIT(p, "\r\n");
-    out_commit(o, p);
-}
-
-static int cmd_stats(pt_req *r)
-{
-    char group[64];
-
-    if (r->nt == 1) {
-        stats_emit_group("", emit_stat, r->o);
-        OUT_LIT(r->o, "END\r\n");
-        return 0;
-    }
-    const pt_tok *g = &r->t[1];
-    if (TOK_IS(g, "reset")) {
-        stats_reset();
-        REPLY(r, "RESET");
-        return 0;
-    }
-    if (TOK_IS(g, "detail")) {
-        if (r->nt == 3 &&
-            (TOK_IS(&r->t[2], "on") || TOK_IS(&r->t[2], "off"))) {
-            prefix_stats_enable(TOK_IS(&r->t[2], "on"));
-            REPLY(r, "OK");
-        } else if (r->nt == 3 && TOK_IS(&r->t[2], "dump")) {
-            prefix_stats_dump(detail_line, r->o);
-            OUT_LIT(r->o, "END\r\n");
-        } else {
-            REPLY(r, "CLIENT_ERROR usage: stats detail on|off|dump");
-        }
-        return 0;
-    }
-    if (g->n >= sizeof(group)) {
-        REPLY(r, "ERROR");
-        return 0;
-    }
-    memcpy(group, g->s, g->n);
-    group[g->n] = '\0';
-    /* a failed group may have emitted lines: list into a side buffer */
-    pt_out *side = malloc(sizeof(*side));
-    if (side == NULL) {
-        REPLY(r, "SERVER_ERROR out of memory writing stats");
-        return 0;
-    }
-    side->ev = evbuffer_new();
-    side->n = 0;
-    if (side->ev == NULL) {
-        free(side);
-        REPLY(r, "SERVER_ERROR out of memory writing stats");
-        return 0;
-    }
-    if (stats_emit_group(group, emit_stat, side) == 0) {
-        out_flush(side);
-        out_flush(r->o);
-        evbuffer_add_buffer(r->o->ev, side->ev);
-        OUT_LIT(r->o, "END\r\n");
-    } else {
-        REPLY(r, "ERROR");
-    }
-    evbuffer_free(side->ev);
-    free(side);
-    return 0;
-}
-
-/* shutdown [graceful] */
-static int cmd_shutdown(pt_req *r)
-{
-    if (!r->ctx->cfg->shutdown_enabled) {
-        REPLY(r, "ERROR: shutdown not enabled");
-        return 0;
-    }
-    if (r->nt == 1 || (r->nt == 2 && TOK_IS(&r->t[1], "graceful")))
-        return PT_SHUTDOWN;
-    REPLY(r, "CLIENT_ERROR invalid shutdown mode");
-    return 0;
-}
-
 /*
  * proxy_hello 1: the peer is a node relaying requests to us. Everything
  * it sends from now on is served here, never relayed again, so requests
@@ -1228,23 +959,15 @@ static int cmd_shutdown(pt_req *r)
  * client could not have anyway: any client may say it and gets what this
  * node holds.
  */
-static int cmd_proxy_hello(pt_req *r)
+static int cmd_proxy_hello(pt_req *r, int arg)
 {
+    (void)arg;
     if (r->nt != 2 || !TOK_IS(&r->t[1], "1")) {
         REPLY(r, "CLIENT_ERROR bad command line format");
         return 0;
     }
     r->ctx->relay_peer = true;
     REPLY(r, "OK");
-    return 0;
-}
-
-static int cmd_version(pt_req *r)
-{
-    const char *v = r->ctx->cfg->version ? r->ctx->cfg->version : "";
-    OUT_LIT(r->o, "VERSION ");
-    out_put(r->o, v, strlen(v));
-    OUT_LIT(r->o, "\r\n");
     return 0;
 }
 
@@ -1308,7 +1031,7 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
         case 'R':
         case 'T': {
             int64_t v;
-            if (!parse_i64(t->s + 1, t->n - 1, &v)) {
+            if (!pt_parse_i64(t->s + 1, t->n - 1, &v)) {
                 *err = "CLIENT_ERROR bad token in command line format";
                 bad = true;
             } else if (c == 'N') {
@@ -1356,7 +1079,7 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
             }
             break;
         case 'C':
-            if (!parse_u64(t->s + 1, t->n - 1, &m->C)) {
+            if (!pt_parse_u64(t->s + 1, t->n - 1, &m->C)) {
                 *err = "CLIENT_ERROR bad token in command line format";
                 bad = true;
             } else {
@@ -1365,7 +1088,7 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
             break;
         case 'E':
             /* A cas unique is never 0 here (0 means "none"). */
-            if (!parse_u64(t->s + 1, t->n - 1, &m->E) || m->E == 0) {
+            if (!pt_parse_u64(t->s + 1, t->n - 1, &m->E) || m->E == 0) {
                 *err = "CLIENT_ERROR bad token in command line format";
                 bad = true;
             }
@@ -1379,13 +1102,13 @@ static int meta_parse(pt_req *r, size_t start, pt_meta *m, const char **err)
             }
             break;
         case 'J':
-            if (!parse_u64(t->s + 1, t->n - 1, &m->J)) {
+            if (!pt_parse_u64(t->s + 1, t->n - 1, &m->J)) {
                 *err = "CLIENT_ERROR invalid numeric initial value";
                 bad = true;
             }
             break;
         case 'D':
-            if (!parse_u64(t->s + 1, t->n - 1, &m->D)) {
+            if (!pt_parse_u64(t->s + 1, t->n - 1, &m->D)) {
                 *err = "CLIENT_ERROR invalid numeric delta value";
                 bad = true;
             }
@@ -1406,7 +1129,7 @@ static const char *meta_check(const pt_meta *m)
 {
     if (m->opaque && m->opaque->n > PT_OPAQUE_MAX)
         return "CLIENT_ERROR opaque token too long";
-    if (!m->bin && !key_ok(m->key, m->nkey))
+    if (!m->bin && !pt_key_ok(m->key, m->nkey))
         return "CLIENT_ERROR bad command line format";
     return NULL;
 }
@@ -1414,7 +1137,7 @@ static const char *meta_check(const pt_meta *m)
 static void reply_err(pt_req *r, const char *err)
 {
     r->noreply = false;
-    reply(r, err, strlen(err));
+    pt_reply(r, err, strlen(err));
 }
 
 /* " k<key>" (base64 and " b" for a binary key). */
@@ -1422,15 +1145,15 @@ static char *put_meta_key(char *p, const pt_meta *m)
 {
     p = PUT_LIT(p, " k");
     if (!m->bin)
-        return put_mem(p, m->key, m->nkey);
-    p = b64_encode(p, (const unsigned char *)m->key, m->nkey);
+        return pt_put_mem(p, m->key, m->nkey);
+    p = pt_b64_encode(p, (const unsigned char *)m->key, m->nkey);
     return PUT_LIT(p, " b");
 }
 
 static char *put_opaque(char *p, const pt_tok *t)
 {
     *p++ = ' ';
-    return put_mem(p, t->s, t->n);
+    return pt_put_mem(p, t->s, t->n);
 }
 
 /* Appends the O and k flags in request order (miss/failure replies). */
@@ -1501,8 +1224,9 @@ static char *put_win_flags(char *p, pt_req *r, const pt_meta *m,
 }
 
 /* mg <key> <flags>* */
-static int cmd_mg(pt_req *r)
+static int cmd_mg(pt_req *r, int arg)
 {
+    (void)arg;
     pt_meta m;
     const char *err = NULL;
     store *s = r->ctx->store;
@@ -1530,6 +1254,8 @@ static int cmd_mg(pt_req *r)
     else
         it = store_get_ex(s, m.key, m.nkey, &ri);
     count_stale_miss(r, ri.why);
+    if (watch_wanted(WATCH_FETCHERS))
+        watch_item_get(m.key, m.nkey, it, ri.why, r->ctx->fd);
     if (it == NULL && m.has_N) {
         /* vivify: an empty item; this request wins the right to fill it */
         store_write w = {.mode = STORE_ADD,
@@ -1556,11 +1282,11 @@ static int cmd_mg(pt_req *r)
             STAT(r, get_misses);
         if (m.q)
             return 0;
-        char *p = out_reserve(r->o, PT_LINE_MAX);
+        char *p = pt_out_reserve(r->o, PT_LINE_MAX);
         p = PUT_LIT(p, "EN");
         p = put_ok_flags(p, r, 2, &m);
         p = PUT_LIT(p, "\r\n");
-        out_commit(r->o, p);
+        pt_out_commit(r->o, p);
         return 0;
     }
     if (m.has_T)
@@ -1570,10 +1296,10 @@ static int cmd_mg(pt_req *r)
 
     size_t nval;
     const char *val = store_item_value(it, &nval);
-    char *p = out_reserve(r->o, PT_LINE_MAX);
+    char *p = pt_out_reserve(r->o, PT_LINE_MAX);
     if (m.v) {
         p = PUT_LIT(p, "VA ");
-        p = fmt_u64(p, nval);
+        p = pt_fmt_u64(p, nval);
     } else {
         p = PUT_LIT(p, "HD");
     }
@@ -1581,23 +1307,23 @@ static int cmd_mg(pt_req *r)
         switch (r->t[i].s[0]) {
         case 's':
             p = PUT_LIT(p, " s");
-            p = fmt_u64(p, nval);
+            p = pt_fmt_u64(p, nval);
             break;
         case 't':
             p = PUT_LIT(p, " t");
-            p = fmt_i64(p, ttl_left(s, store_item_exptime(it)));
+            p = pt_fmt_i64(p, ttl_left(s, store_item_exptime(it)));
             break;
         case 'c':
             p = PUT_LIT(p, " c");
-            p = fmt_u64(p, item_cas(r, it));
+            p = pt_fmt_u64(p, item_cas(r, it));
             break;
         case 'f':
             p = PUT_LIT(p, " f");
-            p = fmt_u64(p, store_item_flags(it));
+            p = pt_fmt_u64(p, store_item_flags(it));
             break;
         case 'l':
             p = PUT_LIT(p, " l");
-            p = fmt_i64(p, ri.last_access);
+            p = pt_fmt_i64(p, ri.last_access);
             break;
         case 'h':
             p = ri.fetched ? PUT_LIT(p, " h1") : PUT_LIT(p, " h0");
@@ -1614,7 +1340,7 @@ static int cmd_mg(pt_req *r)
     }
     p = put_win_flags(p, r, &m, it, created);
     p = PUT_LIT(p, "\r\n");
-    out_commit(r->o, p);
+    pt_out_commit(r->o, p);
     if (m.v)
         out_value(r->o, it, val, nval);
     else
@@ -1623,8 +1349,9 @@ static int cmd_mg(pt_req *r)
 }
 
 /* ms <key> <datalen> <flags>*, then the data block. */
-static int cmd_ms(pt_req *r)
+static int cmd_ms(pt_req *r, int arg)
 {
+    (void)arg;
     pt_meta m;
     const char *err = "CLIENT_ERROR bad command line format";
     int64_t vlen;
@@ -1642,7 +1369,7 @@ static int cmd_ms(pt_req *r)
         REPLY(r, "CLIENT_ERROR options flags too long");
         return 0;
     }
-    if (!parse_i64(r->t[2].s, r->t[2].n, &vlen) || vlen < 0 ||
+    if (!pt_parse_i64(r->t[2].s, r->t[2].n, &vlen) || vlen < 0 ||
         vlen > INT_MAX - 2) {
         REPLY(r, "CLIENT_ERROR bad command line format");
         return 0;
@@ -1718,7 +1445,7 @@ static int cmd_ms(pt_req *r)
     int rc = do_write(r, &w, &cas_out);
     if (mode == STORE_CAS)
         count_cas(r, rc);
-    char *p = out_reserve(r->o, PT_LINE_MAX);
+    char *p = pt_out_reserve(r->o, PT_LINE_MAX);
     switch (rc) {
     case STORE_STORED:
         if (m.q)
@@ -1749,16 +1476,16 @@ static int cmd_ms(pt_req *r)
             break;
         case 'c':
             p = PUT_LIT(p, " c");
-            p = fmt_u64(p, rc == STORE_STORED && r->ctx->cfg->cas_enabled
-                               ? cas_out
-                               : 0);
+            p = pt_fmt_u64(p, rc == STORE_STORED && r->ctx->cfg->cas_enabled
+                                  ? cas_out
+                                  : 0);
             break;
         default:
             break;
         }
     }
     p = PUT_LIT(p, "\r\n");
-    out_commit(r->o, p);
+    pt_out_commit(r->o, p);
     return (int)vlen + 2;
 
 refuse:
@@ -1768,8 +1495,9 @@ refuse:
 }
 
 /* md <key> <flags>* */
-static int cmd_md(pt_req *r)
+static int cmd_md(pt_req *r, int arg)
 {
+    (void)arg;
     pt_meta m;
     const char *err = NULL;
 
@@ -1806,7 +1534,7 @@ static int cmd_md(pt_req *r)
         reply_store_rc(r, rc);
         return 0;
     }
-    char *p = out_reserve(r->o, PT_LINE_MAX);
+    char *p = pt_out_reserve(r->o, PT_LINE_MAX);
     if (rc == STORE_DELETED) {
         if (!m.I) /* as memcached: marking stale is not a delete */
             STAT(r, delete_hits);
@@ -1819,13 +1547,14 @@ static int cmd_md(pt_req *r)
     }
     p = put_ok_flags(p, r, 2, &m);
     p = PUT_LIT(p, "\r\n");
-    out_commit(r->o, p);
+    pt_out_commit(r->o, p);
     return 0;
 }
 
 /* ma <key> <flags>* */
-static int cmd_ma(pt_req *r)
+static int cmd_ma(pt_req *r, int arg)
 {
+    (void)arg;
     pt_meta m;
     const char *err = NULL;
     store *s = r->ctx->store;
@@ -1877,7 +1606,7 @@ static int cmd_ma(pt_req *r)
         .new_cas = m.E,
     };
     int rc = store_arith(s, &a, &value, &cas);
-    char *p = out_reserve(r->o, PT_LINE_MAX);
+    char *p = pt_out_reserve(r->o, PT_LINE_MAX);
     switch (rc) {
     case STORE_OK:
     case STORE_STORED:
@@ -1921,10 +1650,10 @@ static int cmd_ma(pt_req *r)
     if (m.q && rc == STORE_OK)
         return 0;
     char num[24];
-    size_t nnum = (size_t)(fmt_u64(num, value) - num);
+    size_t nnum = (size_t)(pt_fmt_u64(num, value) - num);
     if (m.v) {
         p = PUT_LIT(p, "VA ");
-        p = fmt_u64(p, nnum);
+        p = pt_fmt_u64(p, nnum);
     } else {
         p = PUT_LIT(p, "HD");
     }
@@ -1932,11 +1661,11 @@ static int cmd_ma(pt_req *r)
         switch (r->t[i].s[0]) {
         case 'c':
             p = PUT_LIT(p, " c");
-            p = fmt_u64(p, r->ctx->cfg->cas_enabled ? cas : 0);
+            p = pt_fmt_u64(p, r->ctx->cfg->cas_enabled ? cas : 0);
             break;
         case 't':
             p = PUT_LIT(p, " t");
-            p = fmt_i64(p, ttl_left(s, exptime));
+            p = pt_fmt_i64(p, ttl_left(s, exptime));
             break;
         case 'O':
             p = put_opaque(p, &r->t[i]);
@@ -1950,22 +1679,23 @@ static int cmd_ma(pt_req *r)
     }
     p = PUT_LIT(p, "\r\n");
     if (m.v) {
-        p = put_mem(p, num, nnum);
+        p = pt_put_mem(p, num, nnum);
         p = PUT_LIT(p, "\r\n");
     }
-    out_commit(r->o, p);
+    pt_out_commit(r->o, p);
     return 0;
 
 tail:
     p = put_ok_flags(p, r, 2, &m);
     p = PUT_LIT(p, "\r\n");
-    out_commit(r->o, p);
+    pt_out_commit(r->o, p);
     return 0;
 }
 
 /* me <key> [b]: memcached's debug line for an item. */
-static int cmd_me(pt_req *r)
+static int cmd_me(pt_req *r, int arg)
 {
+    (void)arg;
     char kbuf[PT_KEY_MAX];
     const char *key;
     size_t nkey;
@@ -1986,7 +1716,7 @@ static int cmd_me(pt_req *r)
             REPLY(r, "CLIENT_ERROR bad command line format");
             return 0;
         }
-    } else if (!key_ok(key, nkey)) {
+    } else if (!pt_key_ok(key, nkey)) {
         REPLY(r, "CLIENT_ERROR bad command line format");
         return 0;
     }
@@ -2006,31 +1736,115 @@ static int cmd_me(pt_req *r)
     size_t nval;
     (void)store_item_value(it, &nval);
     int64_t la = ri.last_access;
-    char *p = out_reserve(r->o, PT_LINE_MAX);
+    char *p = pt_out_reserve(r->o, PT_LINE_MAX);
     p = PUT_LIT(p, "ME ");
     if (bin)
-        p = b64_encode(p, (const unsigned char *)key, nkey);
+        p = pt_b64_encode(p, (const unsigned char *)key, nkey);
     else
-        p = put_mem(p, key, nkey);
+        p = pt_put_mem(p, key, nkey);
     p = PUT_LIT(p, " exp=");
-    p = fmt_i64(p, ttl_left(s, store_item_exptime(it)));
+    p = pt_fmt_i64(p, ttl_left(s, store_item_exptime(it)));
     p = PUT_LIT(p, " la=");
-    p = fmt_i64(p, la < 0 ? 0 : la);
+    p = pt_fmt_i64(p, la < 0 ? 0 : la);
     p = PUT_LIT(p, " cas=");
-    p = fmt_u64(p, item_cas(r, it));
+    p = pt_fmt_u64(p, item_cas(r, it));
     p = ri.fetched ? PUT_LIT(p, " fetch=yes") : PUT_LIT(p, " fetch=no");
     p = PUT_LIT(p, " cls=1 size=");
-    p = fmt_u64(p, nkey + nval);
+    p = pt_fmt_u64(p, nkey + nval);
     p = PUT_LIT(p, "\r\n");
-    out_commit(r->o, p);
+    pt_out_commit(r->o, p);
     store_item_release(it);
     return 0;
 }
 
 /* ============================================================ dispatch */
 
-#define CMD_IS(t, lit)                                                        \
-    ((t)->n == sizeof(lit) - 1 && memcmp((t)->s, lit, sizeof(lit) - 1) == 0)
+/* ======================================================= command table */
+
+#define PT_F_NOREPLY 1u /* a last token "noreply" silences the reply */
+#define PT_F_KEY 2u     /* token 1 is a key, checked before the handler */
+#define PT_ANY (PT_MAX_TOKENS - 1)
+
+/*
+ * One text command: its name, how many tokens it takes (the name
+ * included; outside the range memcached answers ERROR), what the loop
+ * checks for it, and its handler with the handler's argument.
+ */
+typedef struct pt_cmd {
+    const char *name;
+    uint8_t len;
+    uint8_t min, max;
+    uint8_t flags;
+    int (*fn)(pt_req *r, int arg);
+    int arg;
+} pt_cmd;
+
+static int cmd_mn(pt_req *r, int arg)
+{
+    (void)arg;
+    STAT(r, cmd_meta);
+    OUT_LIT(r->o, "MN\r\n");
+    return 0;
+}
+
+static int cmd_quit(pt_req *r, int arg)
+{
+    (void)r;
+    (void)arg;
+    return PT_CLOSE;
+}
+
+#define CMD(name, min, max, flags, fn, arg)                                   \
+    {                                                                         \
+        name, sizeof(name) - 1, min, max, flags, fn, arg                      \
+    }
+
+/* The busiest commands first: lookup is a scan. */
+static const pt_cmd commands[] = {
+    CMD("get", 2, PT_ANY, 0, cmd_get, 0),
+    CMD("mg", 1, PT_ANY, 0, cmd_mg, 0),
+    CMD("set", 5, 6, PT_F_NOREPLY | PT_F_KEY, cmd_store, STORE_SET),
+    CMD("ms", 1, PT_ANY, 0, cmd_ms, 0),
+    CMD("gets", 2, PT_ANY, 0, cmd_get, PT_GET_CAS),
+    CMD("delete", 2, 4, PT_F_KEY, cmd_delete, 0),
+    CMD("md", 1, PT_ANY, 0, cmd_md, 0),
+    CMD("ma", 1, PT_ANY, 0, cmd_ma, 0),
+    CMD("mn", 1, PT_ANY, 0, cmd_mn, 0),
+    CMD("me", 1, PT_ANY, 0, cmd_me, 0),
+    CMD("incr", 3, 4, PT_F_NOREPLY | PT_F_KEY, cmd_arith, 1),
+    CMD("decr", 3, 4, PT_F_NOREPLY | PT_F_KEY, cmd_arith, 0),
+    CMD("touch", 3, 4, PT_F_NOREPLY | PT_F_KEY, cmd_touch, 0),
+    CMD("gat", 2, PT_ANY, 0, cmd_get, PT_GET_TOUCH),
+    CMD("gats", 2, PT_ANY, 0, cmd_get, PT_GET_CAS | PT_GET_TOUCH),
+    CMD("add", 5, 6, PT_F_NOREPLY | PT_F_KEY, cmd_store, STORE_ADD),
+    CMD("replace", 5, 6, PT_F_NOREPLY | PT_F_KEY, cmd_store, STORE_REPLACE),
+    CMD("append", 5, 6, PT_F_NOREPLY | PT_F_KEY, cmd_store, STORE_APPEND),
+    CMD("prepend", 5, 6, PT_F_NOREPLY | PT_F_KEY, cmd_store, STORE_PREPEND),
+    CMD("cas", 6, 7, PT_F_NOREPLY | PT_F_KEY, cmd_store, STORE_CAS),
+    CMD("bget", 2, PT_ANY, 0, cmd_get, 0), /* memcached's ancient alias */
+    CMD("flush_all", 1, 3, PT_F_NOREPLY, cmd_flush_all, 0),
+    CMD("stats", 1, PT_ANY, 0, pt_cmd_stats, 0),
+    CMD("version", 1, PT_ANY, 0, pt_cmd_version, 0),
+    CMD("verbosity", 2, 3, PT_F_NOREPLY, pt_cmd_verbosity, 0),
+    CMD("quit", 1, PT_ANY, 0, cmd_quit, 0),
+    CMD("shutdown", 1, PT_ANY, 0, pt_cmd_shutdown, 0),
+    CMD("slabs", 1, PT_ANY, 0, pt_cmd_slabs, 0),
+    CMD("cache_memlimit", 2, 3, PT_F_NOREPLY, pt_cmd_cache_memlimit, 0),
+    CMD("lru_crawler", 2, 3, 0, pt_cmd_lru_crawler, 0),
+    CMD("watch", 1, PT_ANY, 0, pt_cmd_watch, 0),
+    CMD("proxy_hello", 1, PT_ANY, 0, cmd_proxy_hello, 0),
+};
+
+static const pt_cmd *find_cmd(const pt_tok *t)
+{
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        const pt_cmd *c = &commands[i];
+        if (c->len == t->n && c->name[0] == t->s[0] &&
+            memcmp(c->name, t->s, t->n) == 0)
+            return c;
+    }
+    return NULL;
+}
 
 /*
  * Executes the request whose line is r->line. Returns the bytes of data
@@ -2039,115 +1853,26 @@ static int cmd_me(pt_req *r)
 static int dispatch(pt_req *r)
 {
     tokenize(r);
-    if (r->nt == 0 || r->t[0].n < 2) {
+    const pt_cmd *c = r->nt > 0 ? find_cmd(&r->t[0]) : NULL;
+    if (c == NULL) {
+        /* memcached hangs up on what looks like an HTTP request */
+        if (r->nt > 1 && r->t[r->nt - 1].n >= 5 &&
+            memcmp(r->t[r->nt - 1].s, "HTTP/", 5) == 0)
+            return PT_CLOSE_ERROR;
         REPLY(r, "ERROR");
         return 0;
     }
-    const pt_tok *c = &r->t[0];
-    if (c->n == 2 && c->s[0] == 'm') {
-        switch (c->s[1]) {
-        case 'g':
-            return cmd_mg(r);
-        case 's':
-            return cmd_ms(r);
-        case 'd':
-            return cmd_md(r);
-        case 'a':
-            return cmd_ma(r);
-        case 'n':
-            STAT(r, cmd_meta);
-            OUT_LIT(r->o, "MN\r\n");
-            return 0;
-        case 'e':
-            return cmd_me(r);
-        default:
-            break;
-        }
+    if (r->nt < c->min || r->nt > c->max) {
+        REPLY(r, "ERROR");
+        return 0;
     }
-    switch (c->s[0]) {
-    case 'g':
-        if (CMD_IS(c, "get"))
-            return cmd_get(r, false, false);
-        if (CMD_IS(c, "gets"))
-            return cmd_get(r, true, false);
-        if (CMD_IS(c, "gat"))
-            return cmd_get(r, false, true);
-        if (CMD_IS(c, "gats"))
-            return cmd_get(r, true, true);
-        break;
-    case 's':
-        if (CMD_IS(c, "set"))
-            return cmd_store(r, STORE_SET);
-        if (CMD_IS(c, "stats"))
-            return cmd_stats(r);
-        if (CMD_IS(c, "shutdown"))
-            return cmd_shutdown(r);
-        if (CMD_IS(c, "slabs"))
-            return cmd_slabs(r);
-        break;
-    case 'a':
-        if (CMD_IS(c, "add"))
-            return cmd_store(r, STORE_ADD);
-        if (CMD_IS(c, "append"))
-            return cmd_store(r, STORE_APPEND);
-        break;
-    case 'r':
-        if (CMD_IS(c, "replace"))
-            return cmd_store(r, STORE_REPLACE);
-        break;
-    case 'p':
-        if (CMD_IS(c, "prepend"))
-            return cmd_store(r, STORE_PREPEND);
-        if (CMD_IS(c, "proxy_hello"))
-            return cmd_proxy_hello(r);
-        break;
-    case 'c':
-        if (CMD_IS(c, "cas"))
-            return cmd_store(r, STORE_CAS);
-        if (CMD_IS(c, "cache_memlimit"))
-            return cmd_cache_memlimit(r);
-        break;
-    case 'd':
-        if (CMD_IS(c, "delete"))
-            return cmd_delete(r);
-        if (CMD_IS(c, "decr"))
-            return cmd_arith(r, false);
-        break;
-    case 'i':
-        if (CMD_IS(c, "incr"))
-            return cmd_arith(r, true);
-        break;
-    case 't':
-        if (CMD_IS(c, "touch"))
-            return cmd_touch(r);
-        break;
-    case 'b':
-        if (CMD_IS(c, "bget")) /* memcached's ancient alias of get */
-            return cmd_get(r, false, false);
-        break;
-    case 'f':
-        if (CMD_IS(c, "flush_all"))
-            return cmd_flush_all(r);
-        break;
-    case 'v':
-        if (CMD_IS(c, "version"))
-            return cmd_version(r);
-        if (CMD_IS(c, "verbosity"))
-            return cmd_verbosity(r);
-        break;
-    case 'q':
-        if (CMD_IS(c, "quit"))
-            return PT_CLOSE;
-        break;
-    default:
-        break;
+    if ((c->flags & PT_F_NOREPLY) && r->nt > 1)
+        r->noreply = TOK_IS(&r->t[r->nt - 1], "noreply");
+    if ((c->flags & PT_F_KEY) && !pt_key_ok(r->t[1].s, r->t[1].n)) {
+        REPLY(r, "CLIENT_ERROR bad command line format");
+        return 0;
     }
-    /* memcached hangs up on what looks like an HTTP request */
-    if (r->nt > 1 && r->t[r->nt - 1].n >= 5 &&
-        memcmp(r->t[r->nt - 1].s, "HTTP/", 5) == 0)
-        return PT_CLOSE;
-    REPLY(r, "ERROR");
-    return 0;
+    return c->fn(r, c->arg);
 }
 
 /* ================================================================ loop */
@@ -2161,6 +1886,8 @@ static pt_state *state_of(proto_ctx *ctx)
 
 void proto_text_free(proto_ctx *ctx)
 {
+    if (ctx->text != NULL)
+        pt_dump_free(ctx->text);
     free(ctx->text);
     ctx->text = NULL;
 }
@@ -2236,6 +1963,21 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
         o.ev = proxy_out(ctx, out); /* behind the replies in flight */
     view_peek(&v);
     for (;;) {
+        if (st->dump != PT_DUMP_NONE) {
+            /* a dump or watch started by an earlier request goes on */
+            pt_req d = {.ctx = ctx, .st = st, .o = &o};
+            if (st->dump == PT_DUMP_WATCH) {
+                /* a watching connection sends nothing more that counts */
+                v.off = v.len;
+                view_drain(&v);
+                evbuffer_drain(in, evbuffer_get_length(in));
+            }
+            if (!pt_dump_step(&d, ctx->cfg->output_max)) {
+                rc = st->dump == PT_DUMP_WATCH ? PROTO_IDLE : PROTO_PAUSED;
+                break;
+            }
+            continue;
+        }
         size_t avail = v.len - v.off;
         if (avail == 0) {
             if (view_total(&v) == 0)
@@ -2306,14 +2048,17 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
                 continue; /* now contiguous: run the request again */
             break;
         }
-        if (used == PT_CLOSE || used == PT_SHUTDOWN) {
+        if (used == PT_CLOSE || used == PT_SHUTDOWN ||
+            used == PT_CLOSE_ERROR) {
             v.off += linesz;
-            rc = used == PT_CLOSE ? PROTO_CLOSE : PROTO_SHUTDOWN;
+            rc = used == PT_CLOSE      ? PROTO_CLOSE
+                 : used == PT_SHUTDOWN ? PROTO_SHUTDOWN
+                                       : PROTO_CLOSE_ERROR;
             break;
         }
         v.off += linesz + (size_t)used;
     }
     view_drain(&v);
-    out_flush(&o);
+    pt_out_flush(&o);
     return rc;
 }

@@ -1,10 +1,15 @@
 /*
- * stats.h -- counters and the `stats` listing.
+ * stats.h -- the counter tables and the `stats` listing's entry points.
  *
  * Every counter is declared once, in STATS_THREAD_COUNTERS, with memcached's
  * name where memcached has one (the names are part of the wire contract).
  * Each worker thread owns one stats_thread and bumps it without locks
- * (relaxed atomics); `stats` sums all threads.
+ * (relaxed atomics); the daemon-wide connection counters (stats_conns) are
+ * bumped by whichever thread accepts, hands off or closes a connection.
+ *
+ * This header sits below the workers, connections and parsers: it knows
+ * none of them. The code that sums the counters into a listing does, and
+ * lives above them in stats_registry.c (stats_registry.h).
  */
 #ifndef STATS_H
 #define STATS_H
@@ -54,20 +59,35 @@ typedef struct stats_thread {
     __atomic_fetch_add(&(st)->name, (uint64_t)(n), __ATOMIC_RELAXED)
 #define STATS_INCR(st, name) STATS_ADD(st, name, 1)
 
+/* Daemon-wide connection counters; relaxed atomics, any thread. Storage
+ * in stats.c. */
+typedef struct stats_conns {
+    uint64_t curr_connections;
+    uint64_t total_connections;
+    uint64_t rejected_connections;
+    uint64_t connection_structures;
+    uint64_t listen_disabled_num;
+    uint64_t accepting_conns; /* gauge: 1 while the listeners accept */
+} stats_conns;
+
+extern stats_conns stats_conn_counters;
+
+#define STATS_CONN_ADD(name, n)                                               \
+    __atomic_fetch_add(&stats_conn_counters.name, (uint64_t)(n),              \
+                       __ATOMIC_RELAXED)
+#define STATS_CONN_SUB(name, n)                                               \
+    __atomic_fetch_sub(&stats_conn_counters.name, (uint64_t)(n),              \
+                       __ATOMIC_RELAXED)
+#define STATS_CONN_SET(name, v)                                               \
+    __atomic_store_n(&stats_conn_counters.name, (uint64_t)(v),                \
+                     __ATOMIC_RELAXED)
+#define STATS_CONN_GET(name)                                                  \
+    __atomic_load_n(&stats_conn_counters.name, __ATOMIC_RELAXED)
+
 /*
  * Emits one "name value" pair of a stats listing. The text protocol writes
  * "STAT name value\r\n", the binary protocol one stat packet each.
  */
 typedef void (*stats_emit_fn)(void *arg, const char *name, const char *value);
-
-/*
- * Lists the stats group `group` ("" = general, "settings", "items", "slabs",
- * "conns", "replication", ...) through emit. Returns 0, or -1 when the group
- * is unknown. Implemented by the daemon, which knows every source of stats.
- */
-int stats_emit_group(const char *group, stats_emit_fn emit, void *arg);
-
-/* "stats reset": zeroes the resettable counters. */
-void stats_reset(void);
 
 #endif /* STATS_H */

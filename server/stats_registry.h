@@ -1,9 +1,13 @@
 /*
- * stats_registry.h -- what the daemon tells stats.c so that `stats` can
- * list everything: the settings, the store, the worker threads' counters
- * (through worker.h), the listening sockets, and the daemon-wide connection
- * counters below. Extra groups (e.g. "replication") can be registered by
- * the modules that own them.
+ * stats_registry.h -- what the daemon tells the stats listings so that
+ * `stats` can list everything: the settings, the store and the listening
+ * sockets. The listings (stats_registry.c) also sum the worker threads'
+ * counters (through worker.h) and the daemon-wide connection counters
+ * (stats.h). Extra groups (e.g. "replication") can be registered by the
+ * code that owns them.
+ *
+ * The counters themselves are in stats.h, which the modules that bump them
+ * include instead of this header: only the listings know the workers.
  */
 #ifndef STATS_REGISTRY_H
 #define STATS_REGISTRY_H
@@ -14,29 +18,15 @@
 #include "stats.h"
 #include "store.h"
 
-/* Daemon-wide connection counters; relaxed atomics, any thread. */
-typedef struct stats_conns {
-    uint64_t curr_connections;
-    uint64_t total_connections;
-    uint64_t rejected_connections;
-    uint64_t connection_structures;
-    uint64_t listen_disabled_num;
-    uint64_t accepting_conns; /* gauge: 1 while the listeners accept */
-} stats_conns;
+/*
+ * Lists the stats group `group` ("" = general, "settings", "items", "slabs",
+ * "conns", "replication", ...) through emit. Returns 0, or -1 when the group
+ * is unknown. The parsers reach it through proto_config.stats_list.
+ */
+int stats_emit_group(const char *group, stats_emit_fn emit, void *arg);
 
-extern stats_conns stats_conn_counters;
-
-#define STATS_CONN_ADD(name, n)                                               \
-    __atomic_fetch_add(&stats_conn_counters.name, (uint64_t)(n),              \
-                       __ATOMIC_RELAXED)
-#define STATS_CONN_SUB(name, n)                                               \
-    __atomic_fetch_sub(&stats_conn_counters.name, (uint64_t)(n),              \
-                       __ATOMIC_RELAXED)
-#define STATS_CONN_SET(name, v)                                               \
-    __atomic_store_n(&stats_conn_counters.name, (uint64_t)(v),                \
-                     __ATOMIC_RELAXED)
-#define STATS_CONN_GET(name)                                                  \
-    __atomic_load_n(&stats_conn_counters.name, __ATOMIC_RELAXED)
+/* "stats reset": zeroes the resettable counters. */
+void stats_reset(void);
 
 enum stats_rc {
     STATS_OK = 0,

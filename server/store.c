@@ -1416,12 +1416,32 @@ static int do_apply_keyless(store *s, struct stripe *sp, uint64_t h,
  * mutation in its place (see "Eviction is local"), so the set does not
  * change.
  */
+/* What store_walk and evict_fn are shown of a value. */
+static void item_info(const store_item *it, store_item_info *ii)
+{
+    ii->key = it->data;
+    ii->nkey = it->nkey;
+    ii->nvalue = it->nvalue;
+    ii->size = item_size(it);
+    ii->exptime = it->exptime;
+    ii->atime = atomic_load_explicit(&it->atime, RELAXED);
+    ii->cas = it->cas;
+    ii->flags = it->flags;
+    ii->fetched = (atomic_load_explicit(&it->abits, RELAXED) & FETCHED) != 0;
+}
+
 static void evict_at(store *s, struct stripe *sp, uint64_t gid,
                      store_item **pp, const tnow *t, store_item **note)
 {
     store_item *victim = *pp;
     bool expired = !item_live(s, victim, t);
     bool fetched = atomic_load_explicit(&victim->abits, RELAXED) & FETCHED;
+
+    if (!expired && s->opt.evict_fn != NULL) {
+        store_item_info ii;
+        item_info(victim, &ii);
+        s->opt.evict_fn(s->opt.evict_arg, &ii);
+    }
 
     if (s->recs == NULL) {
         do_unlink(s, sp, pp);
@@ -3099,6 +3119,33 @@ size_t store_sweep(store *s, size_t budget)
     pthread_mutex_unlock(&s->sweep_lock);
     COUNT_ADD(s, swept, removed);
     return removed;
+}
+
+bool store_walk(store *s, size_t *cursor, size_t budget, store_walk_fn fn,
+                void *arg)
+{
+    size_t seen = 0;
+
+    while (*cursor < s->nstripes && seen < budget) {
+        struct stripe *sp = &s->stripes[*cursor];
+        tnow t;
+
+        pthread_mutex_lock(&sp->lock);
+        tnow_get(s, &t);
+        for (uint64_t b = 0; b <= sp->mask; b++) {
+            for (store_item *it = sp->buckets[b]; it != NULL; it = it->hnext) {
+                if (!item_live(s, it, &t))
+                    continue;
+                store_item_info ii;
+                item_info(it, &ii);
+                fn(arg, &ii);
+                seen++;
+            }
+        }
+        pthread_mutex_unlock(&sp->lock);
+        (*cursor)++;
+    }
+    return *cursor < s->nstripes;
 }
 
 /*

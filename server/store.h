@@ -144,6 +144,22 @@ typedef struct store store;
 /* Returns the wall clock in nanoseconds since the Unix epoch. */
 typedef uint64_t (*store_clock_fn)(void *arg);
 
+/*
+ * What store_walk shows of one live value. Pointers are valid during the
+ * callback only.
+ */
+typedef struct store_item_info {
+    const char *key;
+    size_t nkey;
+    size_t nvalue;
+    size_t size;     /* bytes accounted for the item */
+    int64_t exptime; /* absolute unix seconds, 0 = never */
+    int64_t atime;   /* last access (or write), unix seconds */
+    uint64_t cas;
+    uint32_t flags;
+    bool fetched; /* read by a client since written */
+} store_item_info;
+
 typedef struct store_options {
     uint32_t node_id;         /* this node's id in versions; 0 = draw a
                                  random non-zero one */
@@ -180,6 +196,10 @@ typedef struct store_options {
     /* Never evict (memcached's -M): a write that finds no room fails with
      * STORE_ERR_NOMEM. Expired values are still reclaimed. */
     bool no_evict;
+    /* Told of every value evicted (not of expired ones reclaimed), under
+     * the key's lock: it must not call the store. NULL = nobody. */
+    void (*evict_fn)(void *arg, const store_item_info *ii);
+    void *evict_arg;
 } store_options;
 
 /* Largest number of partitions (items keep their partition in 16 bits). */
@@ -562,6 +582,19 @@ size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
  * Returns how many went.
  */
 size_t store_sweep(store *s, size_t budget);
+
+typedef void (*store_walk_fn)(void *arg, const store_item_info *ii);
+
+/*
+ * Visits the live values (not expired, not flushed) of the key table, one
+ * stripe at a time under its lock, from *cursor (0 to start) on, until at
+ * least budget items were visited or the table ends. fn must not call the
+ * store. A stripe is visited whole, so a table that grows between calls
+ * neither skips nor repeats a key. Returns false once the walk is over.
+ * Reads record no access (no FETCHED, no clock bit).
+ */
+bool store_walk(store *s, size_t *cursor, size_t budget, store_walk_fn fn,
+                void *arg);
 
 /*
  * Changes memory_limit at run time (memcached's cache_memlimit): bytes for

@@ -24,7 +24,7 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 
-#include "stats_registry.h"
+#include "stats.h"
 
 typedef struct pending_conn {
     struct pending_conn *next;

@@ -10,6 +10,7 @@
 #include <event2/buffer.h>
 
 #include "options.h"
+#include "proto_ctx.h"
 #include "stats_registry.h"
 
 /*
@@ -84,6 +85,8 @@ int fuzz_feed_run(fuzz_feed_exec_fn exec, const uint8_t *data, size_t size,
         abort();
     }
     fill_config(&cfg, sasl);
+    cfg.stats_list = stats_emit_group;
+    cfg.stats_reset = stats_reset;
     stats_registry_setup(&fuzz_opts, st);
     memset(&sth, 0, sizeof(sth));
     memset(&ctx, 0, sizeof(ctx));
@@ -111,10 +114,11 @@ int fuzz_feed_run(fuzz_feed_exec_fn exec, const uint8_t *data, size_t size,
         if (evbuffer_get_length(in) > before) {
             abort(); /* a parser only consumes */
         }
-        if (rc == PROTO_CLOSE || rc == PROTO_SHUTDOWN) {
+        if (rc == PROTO_CLOSE || rc == PROTO_SHUTDOWN ||
+            rc == PROTO_CLOSE_ERROR) {
             break;
         }
-        if (rc != PROTO_OK && rc != PROTO_PAUSED) {
+        if (rc != PROTO_OK && rc != PROTO_PAUSED && rc != PROTO_IDLE) {
             abort();
         }
         drain(out, FUZZ_OUT_DRAIN);

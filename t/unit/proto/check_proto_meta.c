@@ -131,7 +131,7 @@ START_TEST(test_mg_errors)
            "HD O1234567890123456789012345678901\r\n");
     EXPECT("mg a s s s s s s s s s s s s s s s s s s s\r\n",
            "CLIENT_ERROR options flags are too long\r\n");
-    EXPECT("mg a\x01 v\r\n", "CLIENT_ERROR bad command line format\r\n");
+    EXPECT("mg a\x01 v k\r\n", "EN ka\x01\r\n"); /* a key like any other */
     /* regression: a bad F number used to answer with no error text */
     EXPECT("mg a F\r\n", "CLIENT_ERROR bad command line format\r\n");
     EXPECT("mg a Fx\r\n", "CLIENT_ERROR bad command line format\r\n");

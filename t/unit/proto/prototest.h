@@ -16,6 +16,7 @@
 #include <event2/buffer.h>
 
 #include "proto_text.h"
+#include "stats_registry.h"
 #include "showbytes.h"
 
 #define T0_S 1700000000ULL /* the test clock, in unix seconds */
@@ -48,6 +49,8 @@ static void setup(void)
     cfg.cas_enabled = true;
     cfg.max_line = 2048;
     cfg.version = "1.6.99-test";
+    cfg.stats_list = stats_emit_group;
+    cfg.stats_reset = stats_reset;
     memset(&sth, 0, sizeof(sth));
     memset(&ctx, 0, sizeof(ctx));
     ctx.store = st;

@@ -1,12 +1,19 @@
 /*
- * main.c -- ribltcached: composes the daemon out of its modules.
+ * daemon.c -- the daemon's machinery (see daemon.h): settings, listeners,
+ * signals, pidfile, daemonizing, privileges, the open files limit and the
+ * once-a-second sweep.
  *
  * Settings (options) -> store -> worker threads -> listening sockets on the
  * main thread's event loop, plus the once-a-second expiry sweep and the
  * signals. The main thread only accepts connections and hands them to the
- * workers; it never parses a request.
+ * workers; it never parses a request. What server/ does not know
+ * (replication, the registry, placement) comes in through the hooks the
+ * composition root passes to daemon_main. The log lines written here name
+ * the subsystem "main": the main thread's.
  */
 #define _GNU_SOURCE /* pipe2 */
+#include "daemon.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -33,22 +40,9 @@
 
 #include "log.h"
 #include "metrics.h"
-#include "options.h"
-#include "proto.h"
 #include "stats_registry.h"
-#include "store.h"
+#include "watch.h"
 #include "worker.h"
-
-/* Replication is optional at build time: the daemon runs as a single node
- * when replication/ is not built. */
-#if defined(__has_include)
-#if __has_include("repl.h")
-#include "registry.h"
-#include "repl.h"
-#include "ring.h"
-#define HAVE_REPL 1
-#endif
-#endif
 
 #define MAX_LISTENERS 32
 
@@ -76,10 +70,7 @@ typedef struct daemon_state {
     metrics *metrics;
     bool unix_bound;
     bool pid_written;
-#ifdef HAVE_REPL
-    repl *repl;
-    registry_server *registry;
-#endif
+    daemon_hooks hooks;
 } daemon_state;
 
 static daemon_state d = {.shutdown_pipe = {-1, -1}};
@@ -335,227 +326,6 @@ static void listen_unix(void)
     }
     add_listener(l);
 }
-
-/* -------------------------------------------------------- replication */
-
-#ifdef HAVE_REPL
-static void repl_stats(void *arg, stats_emit_fn emit, void *emit_arg)
-{
-    repl_emit_stats(arg, emit, emit_arg);
-}
-
-static void ring_stats(void *arg, stats_emit_fn emit, void *emit_arg)
-{
-    repl_emit_ring_stats(arg, emit, emit_arg);
-}
-
-static void health_stats(void *arg, stats_emit_fn emit, void *emit_arg)
-{
-    repl_emit_health(arg, emit, emit_arg);
-}
-
-/* The store's partition of a key: the ring's, computed the same way. */
-static uint32_t key_partition(void *arg, const char *key, size_t nkey)
-{
-    (void)arg;
-    return ring_key_partition((uint32_t)d.opts.ring_partitions, key, nkey);
-}
-
-/* proto_route_fn over the replication ring. */
-static int route_key(void *arg, const char *key, size_t nkey, bool write,
-                     proto_target *out, int cap)
-{
-    repl_target t[PROTO_ROUTE_MAX];
-    if (cap > PROTO_ROUTE_MAX) {
-        cap = PROTO_ROUTE_MAX;
-    }
-    int n = repl_route(arg, key, nkey, write, t, cap);
-    for (int i = 0; i < n; i++) {
-        out[i].node = t[i].node;
-        out[i].addr = t[i].addr;
-        out[i].addrlen = t[i].addrlen;
-    }
-    return n;
-}
-
-/*
- * With replicas > 0 the store keeps one set per ring partition. Checks
- * the settings placement needs (a TCP client port other nodes can reach,
- * no SASL: relayed requests carry no credentials).
- */
-static void placement_store_options(store_options *so)
-{
-    if (d.opts.replicas == 0) {
-        return;
-    }
-    if (d.opts.repl_port == 0) {
-        die(EXIT_STARTUP, "replicas > 0 needs repl_port");
-    }
-    if (d.opts.auth_enabled_sasl) {
-        die(EXIT_STARTUP, "replicas > 0 cannot be combined with SASL: "
-                          "relayed requests carry no credentials");
-    }
-    so->partitions = (uint32_t)d.opts.ring_partitions;
-    so->partition_fn = key_partition;
-    so->partition_arg = NULL;
-    so->partition_sketch_symbols = (size_t)d.opts.partition_sketch_symbols;
-}
-
-/*
- * The address other nodes relay requests to: advertise, or the first -l
- * address with -p when it is a single concrete address.
- */
-static void advertise_address(char *out, size_t n)
-{
-    if (d.opts.advertise != NULL && d.opts.advertise[0] != '\0') {
-        snprintf(out, n, "%s", d.opts.advertise);
-        return;
-    }
-    char host[256];
-    size_t k = strcspn(d.opts.inter, ", ");
-    if (k >= sizeof(host)) {
-        k = sizeof(host) - 1;
-    }
-    memcpy(host, d.opts.inter, k);
-    host[k] = '\0';
-    if (d.opts.tcpport == 0 || d.opts.domain_socket != NULL || k == 0 ||
-        strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 ||
-        strcmp(host, "*") == 0) {
-        die(EXIT_STARTUP, "replicas > 0 needs advertise = host:port (the "
-                          "client address other nodes relay to)");
-    }
-    if (strchr(host, ':') != NULL) {
-        snprintf(out, n, "[%s]:%u", host, (unsigned)d.opts.tcpport);
-    } else {
-        snprintf(out, n, "%s:%u", host, (unsigned)d.opts.tcpport);
-    }
-}
-
-static void registry_stats(void *arg, stats_emit_fn emit, void *emit_arg)
-{
-    registry_server_emit_stats(arg, emit, emit_arg);
-}
-
-static void timing_from_options(registry_timing *t)
-{
-    registry_timing_default(t);
-    t->heartbeat_ms = (uint32_t)d.opts.heartbeat_ms;
-    t->probe_ms = (uint32_t)d.opts.probe_ms;
-    t->probe_timeout_ms = (uint32_t)d.opts.probe_timeout_ms;
-    t->suspect_timeout_ms = (uint32_t)d.opts.suspect_timeout_ms;
-    t->indirect_probes = (uint32_t)d.opts.indirect_probes;
-}
-
-/* Creates the registry (binds its port) when registry_port is set: inside
- * a node, or alone when repl_port is 0. */
-static void registry_setup(void)
-{
-    if (d.opts.registry_port == 0) {
-        return;
-    }
-    registry_server_options ro = {
-        .listen = d.opts.registry_listen,
-        .port = (uint16_t)d.opts.registry_port,
-        .secret = d.opts.cluster_secret ? d.opts.cluster_secret : "",
-        .insecure = d.opts.repl_insecure,
-    };
-    char err[512];
-    timing_from_options(&ro.timing);
-    d.registry = registry_server_create(&ro, err, sizeof(err));
-    if (d.registry == NULL) {
-        die(EXIT_STARTUP, "registry: %s", err);
-    }
-    stats_register_group("registry", registry_stats, d.registry);
-}
-
-/* Creates the replication object (binds the peer port) when repl_port is
- * set; exits with a message when the settings are refused. */
-/* "stats health" of a node without replication: nothing to agree with. */
-static void standalone_health(void *arg, stats_emit_fn emit, void *emit_arg)
-{
-    (void)arg;
-    emit(emit_arg, "health", "standalone");
-}
-
-static void repl_setup(void)
-{
-    registry_setup();
-    if (d.opts.repl_port == 0) {
-        stats_register_group("health", standalone_health, NULL);
-        return;
-    }
-    repl_options ro;
-    char err[512];
-    repl_options_default(&ro);
-    ro.node_id = (uint32_t)d.opts.node_id;
-    ro.listen = d.opts.repl_listen;
-    ro.port = (uint16_t)d.opts.repl_port;
-    ro.peers = d.opts.peers ? d.opts.peers : "";
-    ro.secret = d.opts.cluster_secret ? d.opts.cluster_secret : "";
-    ro.insecure = d.opts.repl_insecure;
-    ro.period_ms = (uint32_t)d.opts.repl_period_ms;
-    ro.push_delay_us = (uint32_t)d.opts.repl_push_delay_us;
-    ro.max_symbols = (uint32_t)d.opts.repl_max_symbols;
-    ro.round_timeout_ms = (uint32_t)d.opts.repl_round_timeout_ms;
-    ro.push_queue = (uint32_t)d.opts.repl_push_queue;
-    ro.item_size_max = (size_t)d.opts.item_size_max;
-    ro.registries = d.opts.registry ? d.opts.registry : "";
-    timing_from_options(&ro.timing);
-    char adv[300] = "";
-    if (d.opts.replicas > 0) {
-        advertise_address(adv, sizeof(adv));
-    }
-    ro.replicas = (uint32_t)d.opts.replicas;
-    ro.ring_partitions = (uint32_t)d.opts.ring_partitions;
-    ro.ring_weight = (uint32_t)d.opts.ring_weight;
-    ro.handoff_ms = (uint32_t)d.opts.ring_handoff_ms;
-    ro.down_ms = (uint32_t)d.opts.ring_down_ms;
-    ro.advertise = adv;
-    d.repl = repl_create(d.store, &ro, err, sizeof(err));
-    if (d.repl == NULL) {
-        die(EXIT_STARTUP, "replication: %s", err);
-    }
-    stats_register_group("replication", repl_stats, d.repl);
-    stats_register_group("ring", ring_stats, d.repl);
-    stats_register_group("health", health_stats, d.repl);
-    if (d.opts.replicas > 0) {
-        d.pcfg.route_fn = route_key;
-        d.pcfg.route_arg = d.repl;
-        d.pcfg.proxy_timeout_ms = (uint32_t)d.opts.proxy_timeout_ms;
-    }
-}
-
-static void repl_run(void)
-{
-    if (d.registry != NULL && registry_server_start(d.registry) != 0) {
-        die(EXIT_STARTUP, "registry: cannot start its thread");
-    }
-    if (d.repl != NULL && repl_start(d.repl) != 0) {
-        die(EXIT_STARTUP, "replication: cannot start its thread");
-    }
-}
-#else
-static void placement_store_options(store_options *so)
-{
-    (void)so;
-    if (d.opts.replicas != 0) {
-        die(EXIT_STARTUP, "this build has no replication (replicas must "
-                          "be 0)");
-    }
-}
-
-static void repl_setup(void)
-{
-    if (d.opts.repl_port != 0 || d.opts.registry_port != 0) {
-        die(EXIT_STARTUP, "this build has no replication (repl_port and "
-                          "registry_port must be 0)");
-    }
-}
-
-static void repl_run(void)
-{
-}
-#endif
 
 /* ------------------------------------------------- timers and signals */
 
@@ -819,6 +589,8 @@ static void daemon_ready(void)
 static void start(void)
 {
     int err = 0;
+    const daemon_hooks *h = &d.hooks;
+    char herr[1024] = "";
     store_options so;
 
     store_options_default(&so);
@@ -831,6 +603,8 @@ static void start(void)
     so.tombstone_grace =
         d.opts.repl_port != 0 ? (uint32_t)d.opts.tombstone_grace : 0;
     so.no_evict = !d.opts.evictions;
+    so.evict_fn = watch_eviction; /* silent while nobody watches */
+    watch_set_buffer((size_t)d.opts.watcher_logbuf_size * 1024);
     /* Records of evicted values exist for peers to agree with: a node
      * without replication evicts like memcached, leaving nothing. */
     if (d.opts.repl_port != 0)
@@ -838,13 +612,18 @@ static void start(void)
             so.memory_limit / 100 * (size_t)d.opts.evict_record_share;
     so.sketch_symbols = (size_t)d.opts.sketch_symbols;
     so.hash_power = (unsigned)d.opts.hashpower_init;
-    placement_store_options(&so);
+    if (h->store_options != NULL &&
+        h->store_options(h->arg, &d.opts, &so, herr, sizeof(herr)) != 0) {
+        die(EXIT_STARTUP, "%s", herr);
+    }
     d.store = store_create(&so, &err);
     if (d.store == NULL) {
         die(EXIT_STARTUP, "cannot create the store: %s", store_strerror(err));
     }
 
     d.pcfg.item_size_max = (size_t)d.opts.item_size_max;
+    d.pcfg.stats_list = stats_emit_group;
+    d.pcfg.stats_reset = stats_reset;
     d.pcfg.sasl = d.opts.auth_enabled_sasl;
     d.pcfg.sasl_user = d.sasl_user;
     d.pcfg.sasl_pass = d.sasl_pass;
@@ -856,7 +635,10 @@ static void start(void)
     d.pcfg.version = RIBLTCACHE_WIRE_VERSION;
 
     stats_registry_setup(&d.opts, d.store);
-    repl_setup();
+    if (h->setup != NULL &&
+        h->setup(h->arg, &d.opts, d.store, &d.pcfg, herr, sizeof(herr)) != 0) {
+        die(EXIT_STARTUP, "%s", herr);
+    }
 
     d.base = event_base_new();
     if (d.base == NULL) {
@@ -892,7 +674,9 @@ static void start(void)
     } else {
         listen_tcp();
     }
-    repl_run();
+    if (h->run != NULL && h->run(h->arg, herr, sizeof(herr)) != 0) {
+        die(EXIT_STARTUP, "%s", herr);
+    }
     STATS_CONN_SET(accepting_conns, 1);
 
     struct timeval one = {1, 0};
@@ -961,17 +745,10 @@ static void stop(void)
         unlink(d.opts.domain_socket);
     }
     worker_pool_stop();
-#ifdef HAVE_REPL
-    /* After the workers: no client write can reach the push queue now. */
-    if (d.repl != NULL) {
-        repl_destroy(d.repl);
-        d.repl = NULL;
+    /* After the workers: no client request runs any more. */
+    if (d.hooks.stop != NULL) {
+        d.hooks.stop(d.hooks.arg);
     }
-    if (d.registry != NULL) {
-        registry_server_destroy(d.registry);
-        d.registry = NULL;
-    }
-#endif
     stats_registry_teardown();
     event_free(d.ev_term);
     event_free(d.ev_int);
@@ -991,10 +768,14 @@ static void stop(void)
     options_free(&d.opts);
 }
 
-int main(int argc, char **argv)
+int daemon_main(int argc, char **argv, const daemon_hooks *hooks)
 {
     char err[1024];
     enum options_action action;
+
+    if (hooks != NULL) {
+        d.hooks = *hooks;
+    }
 
     int rc =
         options_parse_argv(&d.opts, argc, argv, &action, err, sizeof(err));

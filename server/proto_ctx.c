@@ -1,9 +1,9 @@
 /*
- * proto.c -- what the parsers share at the connection level: releasing
+ * proto_ctx.c -- what the parsers share at the connection level: releasing
  * their per-connection state (and the relay state) when a connection
  * ends.
  */
-#include "proto.h"
+#include "proto_ctx.h"
 
 #include "proto_bin.h"
 #include "proto_text.h"
