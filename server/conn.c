@@ -42,10 +42,12 @@ enum conn_state {
     CONN_PARSING,     /* inside a parser */
     CONN_MWRITE,      /* replies pending, reading paused */
     CONN_CLOSING,     /* flushing, then close */
+    CONN_NREAD,       /* waiting for the rest of a request's data block */
 };
 
 static const char *const state_names[] = {"conn_waiting", "conn_parse_cmd",
-                                          "conn_mwrite", "conn_closing"};
+                                          "conn_mwrite", "conn_closing",
+                                          "conn_nread"};
 
 enum conn_parser {
     PARSER_UNKNOWN = 0,
@@ -237,7 +239,7 @@ int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
     c->ctx.cfg = env->pcfg;
     c->ctx.stats = env->stats;
     c->ctx.verbose = env->verbose;
-    c->ctx.authenticated = !env->pcfg->sasl;
+    c->ctx.authenticated = !env->pcfg->sasl && env->pcfg->auth == NULL;
     set_state(c, CONN_WAITING);
     if (env->pcfg->route_fn != NULL) {
         if (env->relays == NULL) {
@@ -352,7 +354,10 @@ static int run_parser(conn *c)
     int rc = c->parser == PARSER_BIN
                  ? proto_bin_execute(&c->ctx, c->in, c->out)
                  : proto_text_execute(&c->ctx, c->in, c->out);
-    set_state(c, CONN_WAITING);
+    set_state(c, c->ctx.mid_request ? CONN_NREAD : CONN_WAITING);
+    if (c->ctx.yielded) {
+        __atomic_fetch_add(&c->env->conn_yields, 1, __ATOMIC_RELAXED);
+    }
     return rc;
 }
 
@@ -441,7 +446,7 @@ static bool flush_out(conn *c)
             return false;
         }
         c->reading = true;
-        set_state(c, CONN_WAITING);
+        set_state(c, c->ctx.mid_request ? CONN_NREAD : CONN_WAITING);
         /* A parser may have left complete requests (or a dump) behind
          * while the output was full: let the read callback run it again
          * (after_parse sets paused anew). */
@@ -470,7 +475,9 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    while (reads < env->reqs_per_event) {
+    /* A parser that stopped with requests (or a dump) left goes on first:
+     * input is read only once it has caught up, so it stays bounded. */
+    while (!c->paused && reads < env->reqs_per_event) {
         ssize_t r = read_chunk(c, CONN_READ_CHUNK);
         if (r > 0) {
             got += (size_t)r;
@@ -620,7 +627,9 @@ void conn_env_each(conn_env *env, conn_info_fn fn, void *arg)
         ci.fd = c->fd;
         ci.peer = (const struct sockaddr *)&c->peer;
         ci.peerlen = c->peerlen;
-        ci.state = state_names[st < 4 ? st : 0];
+        ci.state =
+            state_names[st < sizeof(state_names) / sizeof(state_names[0]) ? st
+                                                                          : 0];
         ci.secs_since_last_cmd = now - last;
         fn(arg, &ci);
     }

@@ -7,7 +7,8 @@
  * writing follow one cycle per read event:
  *
  *   waiting --readable--> read up to reqs_per_event chunks
- *           --> parse (text or binary, chosen by the first byte)
+ *           --> parse (text or binary, chosen by the first byte), at
+ *               most reqs_per_event requests, then yield to the others
  *           --> one gathered write of everything the batch produced
  *           --> waiting, or mwrite while replies are pending.
  *

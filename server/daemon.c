@@ -38,6 +38,7 @@
 #include <systemd/sd-daemon.h>
 #endif
 
+#include "authfile.h"
 #include "log.h"
 #include "metrics.h"
 #include "stats_registry.h"
@@ -56,6 +57,7 @@ typedef struct daemon_state {
     proto_config pcfg;
     char *sasl_user;
     char *sasl_pass;
+    authfile *auth; /* -Y */
     store *store;
     struct event_base *base;
     struct evconnlistener *listeners[MAX_LISTENERS];
@@ -347,6 +349,17 @@ static void hup_cb(evutil_socket_t sig, short what, void *arg)
     (void)sig;
     (void)what;
     (void)arg;
+    if (d.auth != NULL) {
+        int line = 0, rc = authfile_reload(d.auth, d.opts.auth_file, &line);
+        if (rc != AUTHFILE_OK)
+            LOG(LOG_LEVEL_ERROR, "main",
+                "SIGHUP: auth_file %s not reloaded (line %d: %s); the old "
+                "entries stay",
+                d.opts.auth_file, line, authfile_strerror(rc));
+        else
+            LOG(LOG_LEVEL_INFO, "main", "SIGHUP: auth_file %s reloaded",
+                d.opts.auth_file);
+    }
     if (!d.opts.log_file) {
         LOG(LOG_LEVEL_INFO, "main",
             "SIGHUP: nothing to reopen, still serving");
@@ -623,10 +636,12 @@ static void start(void)
 
     d.pcfg.item_size_max = (size_t)d.opts.item_size_max;
     d.pcfg.stats_list = stats_emit_group;
+    d.pcfg.reqs_per_event = (unsigned)d.opts.reqs_per_event;
     d.pcfg.stats_reset = stats_reset;
     d.pcfg.sasl = d.opts.auth_enabled_sasl;
     d.pcfg.sasl_user = d.sasl_user;
     d.pcfg.sasl_pass = d.sasl_pass;
+    d.pcfg.auth = d.auth;
     d.pcfg.flush_enabled = d.opts.flush_enabled;
     d.pcfg.shutdown_enabled = d.opts.shutdown_command;
     d.pcfg.cas_enabled = d.opts.cas_enabled;
@@ -765,6 +780,8 @@ static void stop(void)
     }
     free(d.sasl_user);
     free(d.sasl_pass);
+    authfile_close(d.auth);
+    d.auth = NULL;
     options_free(&d.opts);
 }
 
@@ -820,6 +837,16 @@ int daemon_main(int argc, char **argv, const daemon_hooks *hooks)
     if (d.opts.auth_enabled_sasl && load_sasl(d.opts.sasl_file) != 0) {
         options_free(&d.opts);
         return OPTIONS_EXIT_USAGE;
+    }
+    if (d.opts.auth_file != NULL) {
+        int arc, line = 0;
+        d.auth = authfile_open(d.opts.auth_file, &arc, &line);
+        if (d.auth == NULL) {
+            fprintf(stderr, "%s: auth_file %s: %s (line %d)\n", prog,
+                    d.opts.auth_file, authfile_strerror(arc), line);
+            options_free(&d.opts);
+            return OPTIONS_EXIT_USAGE;
+        }
     }
 
     signal(SIGPIPE, SIG_IGN);

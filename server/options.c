@@ -751,11 +751,6 @@ int options_validate(const options *o, char *err, size_t errlen)
 {
     /* Asked-for protection that is not there yet: refuse, never run
      * without it. */
-    if (o->auth_file != NULL) {
-        return fail(err, errlen,
-                    "-Y/auth_file (text-protocol authentication) is not "
-                    "supported yet; refusing to start without it");
-    }
     if (o->enable_ssl) {
         return fail(err, errlen,
                     "-Z/enable_ssl (TLS) is not supported yet; refusing to "

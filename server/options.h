@@ -153,8 +153,9 @@ enum options_proto {
     X(evictions, 'M', "disable-evictions", OPTIONS_BOOL_OFF, "yes", 0, 0,     \
       "evict when memory is full (the flag: refuse writes instead)")          \
     X(auth_file, 'Y', "auth-file", OPTIONS_STR, NULL, 0, 0,                   \
-      "memcached's text-protocol authentication file: not supported yet, "    \
-      "the daemon refuses to start with it")                                  \
+      "user:password file (memcached's -Y): a text connection's first "       \
+      "command must be the authenticating set; binary ones use SASL PLAIN "   \
+      "with the same entries; reloaded on SIGHUP")                            \
     X(enable_ssl, 'Z', "enable-ssl", OPTIONS_BOOL_ON, "no", 0, 0,             \
       "TLS for clients: not supported yet, the daemon refuses to start with " \
       "it")                                                                   \

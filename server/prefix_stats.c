@@ -45,6 +45,7 @@ static struct prefix *find(const char *name, size_t len)
     if (ps.n == PREFIX_STATS_MAX)
         return NULL;
     struct prefix *p = &ps.v[ps.n++];
+    memset(p, 0, sizeof(*p)); /* a slot may hold counts from before a clear */
     memcpy(p->name, name, len);
     p->name[len] = '\0';
     p->len = len;

@@ -75,14 +75,21 @@ typedef struct proto_config {
     bool sasl;             /* -S: binary SASL PLAIN required */
     const char *sasl_user; /* credentials for SASL PLAIN */
     const char *sasl_pass;
-    bool flush_enabled;    /* -F disables flush_all */
-    bool shutdown_enabled; /* -A enables shutdown */
-    bool cas_enabled;      /* -C disables cas */
-    size_t max_line;       /* longest text request line accepted */
-    size_t output_max;     /* stop taking requests while `out` holds more
-                              (0 = no limit); the caller runs the parser
-                              again once it has drained */
-    const char *version;   /* the version string */
+    /* -Y: credentials every connection must show first: text ones with
+     * memcached's authenticating set, binary ones with SASL PLAIN. NULL:
+     * no such requirement. */
+    struct authfile *auth;
+    bool flush_enabled;      /* -F disables flush_all */
+    bool shutdown_enabled;   /* -A enables shutdown */
+    bool cas_enabled;        /* -C disables cas */
+    size_t max_line;         /* longest text request line accepted */
+    unsigned reqs_per_event; /* -R: requests one call executes before it
+                                yields to other connections (PROTO_PAUSED
+                                with ctx->yielded set); 0 = no limit */
+    size_t output_max;       /* stop taking requests while `out` holds more
+                                (0 = no limit); the caller runs the parser
+                                again once it has drained */
+    const char *version;     /* the version string */
     /* `stats [group]` and `stats reset`: the daemon's listings (stats
      * groups know the workers, which the parsers must not). list returns
      * 0, or -1 for an unknown group. NULL: every group is unknown and
@@ -109,6 +116,9 @@ typedef struct proto_ctx {
     stats_thread *stats; /* this worker thread's counters */
     int verbose;         /* -v level */
     bool authenticated;  /* SASL done, or not required */
+    bool yielded;        /* the last call stopped at reqs_per_event */
+    bool mid_request;    /* the last call left a request whose data block
+                            has not all arrived (stats conns: conn_nread) */
     void *text;          /* proto_text's private state */
     void *bin;           /* proto_bin's private state */
     /* Relaying (proxy.h); all unused while cfg->route_fn is NULL. */

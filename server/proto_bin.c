@@ -45,6 +45,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "authfile.h"
 #include "bin_wire.h"
 #include "prefix_stats.h"
 #include "proxy.h"
@@ -343,7 +344,8 @@ static int bin_admit(proto_ctx *ctx, const bin_req *r, struct evbuffer *out,
         return bin_fatal(ctx, r, out, BIN_STATUS_UNKNOWN_COMMAND);
     if (h->bodylen > BIN_BODY_LIMIT)
         return bin_fatal(ctx, r, out, BIN_STATUS_EINVAL);
-    if (cfg->sasl && !ctx->authenticated && !bin_sasl_exempt(r->cmd)) {
+    if ((cfg->sasl || cfg->auth != NULL) && !ctx->authenticated &&
+        !bin_sasl_exempt(r->cmd)) {
         BIN_COUNT(ctx, auth_errors);
         return bin_fatal(ctx, r, out, BIN_STATUS_AUTH_ERROR);
     }
@@ -362,7 +364,7 @@ static int bin_admit(proto_ctx *ctx, const bin_req *r, struct evbuffer *out,
     case BIN_OP_SASL_LIST_MECHS:
     case BIN_OP_SASL_AUTH:
     case BIN_OP_SASL_STEP:
-        if (!cfg->sasl) {
+        if (!cfg->sasl && cfg->auth == NULL) {
             bin_error(out, r, BIN_STATUS_UNKNOWN_COMMAND);
             return BIN_SKIP;
         }
@@ -830,7 +832,7 @@ static bool bin_plain_ok(const proto_config *cfg, const char *msg, size_t n)
     const char *user, *pass, *z2;
     size_t nzid, nuser, npass;
 
-    if (!z1 || !cfg->sasl_user || !cfg->sasl_pass)
+    if (!z1)
         return false;
     user = z1 + 1;
     z2 = memchr(user, '\0', (size_t)(msg + n - user));
@@ -843,6 +845,12 @@ static bool bin_plain_ok(const proto_config *cfg, const char *msg, size_t n)
     if (memchr(pass, '\0', npass))
         return false;
     if (nzid != 0 && (nzid != nuser || memcmp(msg, user, nuser) != 0))
+        return false;
+    /* -Y's entries count too: one set of users for both protocols */
+    if (cfg->auth != NULL &&
+        authfile_check(cfg->auth, user, nuser, pass, npass))
+        return true;
+    if (!cfg->sasl_user || !cfg->sasl_pass)
         return false;
     /* Evaluate both so the time does not tell which one failed. */
     bool user_ok =
@@ -1080,6 +1088,10 @@ static void bin_drop_refused(proto_ctx *ctx, struct evbuffer *in,
 int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
                       struct evbuffer *conn_out)
 {
+    unsigned reqs = 0;
+
+    ctx->yielded = false;
+    ctx->mid_request = false;
     for (;;) {
         uint8_t raw[BIN_HEADER_LEN];
         bin_req r;
@@ -1095,6 +1107,11 @@ int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
         avail = evbuffer_get_length(in);
         if (avail < BIN_HEADER_LEN)
             return PROTO_OK;
+        /* -R: let the worker's other connections have a turn */
+        if (ctx->cfg->reqs_per_event && reqs >= ctx->cfg->reqs_per_event) {
+            ctx->yielded = true;
+            return PROTO_PAUSED;
+        }
         /* Between requests: wait while the client is not reading. */
         if (ctx->cfg->output_max &&
             evbuffer_get_length(conn_out) > ctx->cfg->output_max)
@@ -1138,8 +1155,11 @@ int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
         }
 
         need = BIN_HEADER_LEN + (size_t)r.h.bodylen;
-        if (avail < need)
+        if (avail < need) {
+            ctx->mid_request = true;
             return PROTO_OK;
+        }
+        reqs++;
         p = evbuffer_pullup(in, (ev_ssize_t)need);
         if (!p) {
             bin_error(out, &r, BIN_STATUS_ENOMEM);

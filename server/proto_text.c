@@ -52,6 +52,7 @@
 
 #include <event2/buffer.h>
 
+#include "authfile.h"
 #include "prefix_stats.h"
 #include "proxy.h"
 #include "watch.h"
@@ -1835,6 +1836,49 @@ static const pt_cmd commands[] = {
     CMD("proxy_hello", 1, PT_ANY, 0, cmd_proxy_hello, 0),
 };
 
+/*
+ * -Y (memcached's ascii auth): until a connection has authenticated, the
+ * only request taken is "set <key> <flags> <exptime> <bytes>" whose data
+ * is "<user> <password>"; key, flags and exptime are ignored and nothing
+ * is stored. Anything else answers CLIENT_ERROR unauthenticated.
+ */
+static int cmd_auth(pt_req *r)
+{
+    int64_t vlen;
+
+    if (r->nt < 5 || !TOK_IS(&r->t[0], "set") ||
+        !pt_parse_i64(r->t[4].s, r->t[4].n, &vlen) || vlen < 0 ||
+        vlen > PT_AUTH_MAX) {
+        REPLY(r, "CLIENT_ERROR unauthenticated");
+        return 0;
+    }
+    if (r->avail < (size_t)vlen + 2) {
+        r->need = r->linesz + (size_t)vlen + 2;
+        return PT_NEED;
+    }
+    const char *d = r->data, *e = d + vlen;
+    if (d[vlen] != '\r' || d[vlen + 1] != '\n') {
+        REPLY(r, "CLIENT_ERROR bad command line termination");
+        return (int)vlen + 2;
+    }
+    const char *sp = memchr(d, ' ', (size_t)vlen);
+    const char *pass = sp != NULL ? sp + 1 : e;
+    const char *pe = memchr(pass, ' ', (size_t)(e - pass));
+    if (sp == NULL || sp == d || pass == e) {
+        STAT(r, auth_errors);
+        REPLY(r, "CLIENT_ERROR bad authentication token format");
+    } else if (authfile_check(r->ctx->cfg->auth, d, (size_t)(sp - d), pass,
+                              (size_t)((pe != NULL ? pe : e) - pass))) {
+        r->ctx->authenticated = true;
+        REPLY(r, "STORED");
+    } else {
+        STAT(r, auth_errors);
+        REPLY(r, "CLIENT_ERROR authentication failure");
+    }
+    STAT(r, auth_cmds);
+    return (int)vlen + 2;
+}
+
 static const pt_cmd *find_cmd(const pt_tok *t)
 {
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
@@ -1853,6 +1897,8 @@ static const pt_cmd *find_cmd(const pt_tok *t)
 static int dispatch(pt_req *r)
 {
     tokenize(r);
+    if (!r->ctx->authenticated)
+        return cmd_auth(r);
     const pt_cmd *c = r->nt > 0 ? find_cmd(&r->t[0]) : NULL;
     if (c == NULL) {
         /* memcached hangs up on what looks like an HTTP request */
@@ -1961,6 +2007,9 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
     o.n = 0;
     if (ctx->proxy != NULL)
         o.ev = proxy_out(ctx, out); /* behind the replies in flight */
+    unsigned reqs = 0;
+    ctx->yielded = false;
+    ctx->mid_request = false;
     view_peek(&v);
     for (;;) {
         if (st->dump != PT_DUMP_NONE) {
@@ -1991,6 +2040,13 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
          * waits here (its requests stay in `in`), so memory follows the
          * replies it takes, not the requests it sends.
          */
+        if (!st->swallow && !st->skip_line && ctx->cfg->reqs_per_event &&
+            reqs >= ctx->cfg->reqs_per_event) {
+            /* -R: let the worker's other connections have a turn */
+            ctx->yielded = true;
+            rc = PROTO_PAUSED;
+            break;
+        }
         if (!st->swallow && !st->skip_line &&
             ((ctx->cfg->output_max &&
               evbuffer_get_length(out) + o.n > ctx->cfg->output_max) ||
@@ -2046,8 +2102,10 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
         if (used == PT_NEED) {
             if (view_total(&v) >= r.need && view_grow(&v, r.need) >= r.need)
                 continue; /* now contiguous: run the request again */
+            ctx->mid_request = true;
             break;
         }
+        reqs++;
         if (used == PT_CLOSE || used == PT_SHUTDOWN ||
             used == PT_CLOSE_ERROR) {
             v.off += linesz;

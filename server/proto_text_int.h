@@ -29,6 +29,7 @@
 #define PT_DEFAULT_MAX_LINE 2048
 #define PT_LINE_MAX 1024 /* longest reply line we build (meta) */
 #define PT_VERBOSITY_MAX 2
+#define PT_AUTH_MAX 1024 /* bytes of "<user> <password>" (-Y) */
 
 /* Handler results besides ">= 0: extra bytes consumed after the line". */
 enum {

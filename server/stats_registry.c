@@ -468,6 +468,11 @@ static void settings_line(void *arg, const char *name, const char *value)
         emit_u64(k->emit, k->arg, name, ss.limit_maxbytes);
         return;
     }
+    if (strcmp(name, "evictions") == 0) {
+        /* memcached says on/off here, yes/no for the other switches */
+        k->emit(k->arg, name, strcmp(value, "yes") == 0 ? "on" : "off");
+        return;
+    }
     k->emit(k->arg, name, value);
 }
 

@@ -3,6 +3,7 @@ mgdump, stats cachedump, watch; and two drop-in fixes that only show on a
 running daemon (control bytes in text keys, a refused binary SET)."""
 
 import re
+import signal
 import socket
 import struct
 import time
@@ -260,6 +261,116 @@ class KeysAndRefusals(unittest.TestCase):
             self.assertEqual(recv_until(s, b"END\r\n"), b"END\r\n")
             stats = parse_stats_of(s)
             self.assertEqual(stats["curr_items"], "0")
+
+
+class Connections(unittest.TestCase):
+    def test_reqs_per_event_counts_requests(self):
+        # memcached's -R: requests per event; a pipeline of six with -R 1
+        # yields after each one
+        with Server(["-R", "1"]) as srv:
+            s = srv.connect()
+            s.sendall(b"set foobar 0 0 5\r\nBubba\r\n" * 6)
+            self.assertEqual(recv_until(s, b"STORED\r\n" * 6),
+                             b"STORED\r\n" * 6)
+            self.assertGreaterEqual(int(parse_stats_of(s)["conn_yields"]), 5)
+
+    def test_a_client_mid_value_is_in_nread(self):
+        with Server() as srv:
+            s = srv.connect()
+            s.sendall(b"set half 0 0 10\r\n12345")
+            t = srv.connect()
+
+            def nread():
+                t.sendall(b"stats conns\r\n")
+                return b":state conn_nread" in recv_until(t, b"END\r\n")
+            self.assertTrue(wait_for(nread, timeout=5))
+            s.sendall(b"67890\r\n")
+            self.assertEqual(recv_until(s, b"\r\n"), b"STORED\r\n")
+
+
+def sasl_plain(sock, user, password):
+    """Binary SASL_AUTH PLAIN; returns the status."""
+    body = b"PLAIN" + b"\0" + user + b"\0" + password
+    hdr = struct.pack(">BBHBBHIIQ", 0x80, 0x21, 5, 0, 0, 0, len(body), 1, 0)
+    sock.sendall(hdr + body)
+    resp = harness.recv_exact(sock, 24)
+    harness.recv_exact(sock, struct.unpack(">I", resp[8:12])[0])
+    return struct.unpack(">H", resp[6:8])[0]
+
+
+class TextAuth(unittest.TestCase):
+    def server(self, entries):
+        srv = Server(ready="connect")
+        self.path = srv.tmpdir + "/authfile"
+        with open(self.path, "w") as f:
+            f.write(entries)
+        srv.args += ["-Y", self.path]
+        return srv
+
+    def test_memcached_sequence(self):
+        # memcached's t/ascii-auth.t, and what it leaves out
+        with self.server("# users\nfoo:bar\nbaaaz:quux\n") as srv:
+            s = srv.connect()
+            for req, want in [
+                (b"set foo 0 0 2\r\nhi\r\n",
+                 b"CLIENT_ERROR bad authentication token format\r\n"),
+                (b"get foo\r\n", b"CLIENT_ERROR unauthenticated\r\n"),
+                (b"set foo 0 0 7\r\nfoo bab\r\n",
+                 b"CLIENT_ERROR authentication failure\r\n"),
+                (b"set foo 0 0 6\r\nfoo ba\r\n",
+                 b"CLIENT_ERROR authentication failure\r\n"),
+                (b"set foo 0 0 7\r\nfoo bar\r\n", b"STORED\r\n"),
+                (b"set toast 0 0 2\r\nhi\r\n", b"STORED\r\n"),
+                (b"get toast\r\n", b"VALUE toast 0 2\r\nhi\r\nEND\r\n"),
+                (b"get foo\r\n", b"END\r\n"),  # the auth set stored nothing
+            ]:
+                s.sendall(req)
+                self.assertEqual(recv_until(s, want), want, req)
+            s2 = srv.connect()
+            s2.sendall(b"set x 0 0 10\r\nbaaaz quux\r\nget toast\r\n")
+            self.assertEqual(recv_until(s2, b"END\r\n"),
+                             b"STORED\r\nVALUE toast 0 2\r\nhi\r\nEND\r\n")
+            st = parse_stats_of(s2)
+            self.assertEqual(st["auth_cmds"], "5")
+            self.assertEqual(st["auth_errors"], "3")
+            # binary: nothing before SASL, which takes the same entries
+            b = srv.connect()
+            hdr = struct.pack(">BBHBBHIIQ", 0x80, 0x00, 5, 0, 0, 0, 5, 0, 0)
+            b.sendall(hdr + b"toast")  # GET, unauthenticated
+            resp = harness.recv_exact(b, 24)
+            self.assertEqual(struct.unpack(">H", resp[6:8])[0], 0x20)
+            harness.recv_exact(b, struct.unpack(">I", resp[8:12])[0])
+            b = srv.connect()
+            self.assertEqual(sasl_plain(b, b"foo", b"nope"), 0x20)
+            self.assertEqual(sasl_plain(b, b"foo", b"bar"), 0)
+
+    def test_sighup_reloads_and_bad_files_refuse(self):
+        with self.server("foo:bar\n") as srv:
+            with open(self.path, "w") as f:
+                f.write("new:pass\n")
+            srv.proc.send_signal(signal.SIGHUP)
+
+            def new_works():
+                s = srv.connect()
+                s.sendall(b"set x 0 0 8\r\nnew pass\r\n")
+                ok = recv_until(s, b"\r\n") == b"STORED\r\n"
+                s.close()
+                return ok
+            self.assertTrue(wait_for(new_works, timeout=5))
+            s = srv.connect()
+            s.sendall(b"set x 0 0 7\r\nfoo bar\r\n")
+            self.assertEqual(recv_until(s, b"\r\n"),
+                             b"CLIENT_ERROR authentication failure\r\n")
+            # a broken file on reload keeps the entries in force
+            with open(self.path, "w") as f:
+                f.write("no colon here\n")
+            srv.proc.send_signal(signal.SIGHUP)
+            self.assertTrue(wait_for(
+                lambda: "not reloaded" in srv.stderr(), timeout=5))
+            self.assertTrue(new_works())
+        rc, _, err = harness.run(["-Y", "/nonexistent/x"])
+        self.assertNotEqual(rc, 0)
+        self.assertIn("auth_file", err)
 
 
 def parse_stats_of(sock):

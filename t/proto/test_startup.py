@@ -99,9 +99,11 @@ class BadFlags(unittest.TestCase):
         self.assertUsageError(["-m", "1", "-I", "1m"], "half of maxbytes")
 
     def test_missing_protection_refused(self):
-        # Authentication and TLS that were asked for and are not there yet:
-        # the daemon refuses to start rather than run without them.
-        self.assertUsageError(["-Y", "/nonexistent/auth"], "-Y/auth_file")
+        # Protection that was asked for and cannot be had (TLS is not
+        # there yet; an unreadable auth file): the daemon refuses to start
+        # rather than run without it.
+        self.assertUsageError(["-Y", "/nonexistent/auth"],
+                              "auth_file /nonexistent/auth: cannot read")
         self.assertUsageError(["-Z"], "-Z/enable_ssl")
 
     def test_sasl_needs_credentials(self):
@@ -311,7 +313,7 @@ class MemcachedCommandLine(unittest.TestCase):
                              b"SERVER_ERROR out of memory storing object\r\n")
             st = srv.stats()
             self.assertEqual(st["evictions"], "0")
-            self.assertEqual(srv.stats("settings")["evictions"], "no")
+            self.assertEqual(srv.stats("settings")["evictions"], "off")
             self.assertEqual(srv.request(b"get key0\r\n", b"END\r\n"),
                              b"VALUE key0 0 1000\r\n" + value + b"\r\nEND\r\n")
 

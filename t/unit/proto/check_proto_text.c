@@ -597,6 +597,11 @@ START_TEST(test_stats)
            "PREFIX foo get 2 hit 1 set 1 del 1\r\n"
            "PREFIX bar get 0 hit 0 set 1 del 0\r\nEND\r\n");
     EXPECT("stats reset\r\nstats detail dump\r\n", "RESET\r\nEND\r\n");
+    /* regression: a prefix counted again after a reset starts from 0 */
+    EXPECT("stats detail on\r\n", "OK\r\n");
+    EXPECT("get foo:123\r\nstats detail dump\r\n",
+           "END\r\nPREFIX foo get 1 hit 0 set 0 del 0\r\nEND\r\n");
+    EXPECT("stats detail off\r\n", "OK\r\n");
     size_t n;
     char *got = run_n("stats\r\n", 7, &n);
     ck_assert_msg(n > 10 && memcmp(got, "STAT ", 5) == 0 &&
