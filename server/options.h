@@ -197,7 +197,8 @@ enum options_proto {
     X(sweep_budget, 0, "sweep-budget", OPTIONS_UINT, "10000", 1, 100000000,   \
       "entries the once-a-second expiry sweep may visit")                     \
     X(max_line, 0, "max-line", OPTIONS_SIZE, "1m", 2048, 16 * OPTIONS_MB,     \
-      "longest text request line accepted")                                   \
+      "longest text request line accepted (a get/gets/gat/gats line of any "  \
+      "length is taken key by key)")                                          \
     X(output_buffer_max, 0, "output-buffer-max", OPTIONS_SIZE, "4m",          \
       64 * OPTIONS_KB, OPTIONS_GB,                                            \
       "pending reply bytes per connection before reading pauses")             \

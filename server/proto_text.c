@@ -39,7 +39,8 @@
  *   - a "get" with an over-long key fails before any key is looked up;
  *   - a command line longer than max_line is answered with
  *     "CLIENT_ERROR line too long" and discarded up to its newline, instead
- *     of closing the connection;
+ *     of closing the connection (retrieval lines are streamed instead,
+ *     see "long gets");
  *   - a set whose value is too large removes the key, as memcached does
  *     (its old value would otherwise be served).
  */
@@ -1921,6 +1922,101 @@ static int dispatch(pt_req *r)
     return c->fn(r, c->arg);
 }
 
+/* ============================================================ long gets */
+
+/*
+ * A retrieval line longer than PT_STREAM_MIN bytes (memcached takes a get
+ * of any length) is not buffered whole: its command (and gat's exptime)
+ * is read first, then its keys are looked up as they arrive, a complete
+ * key at a time, and END follows the newline. Memory stays bounded by the
+ * part of the line not yet consumed. A key longer than 250 bytes ends the
+ * stream with CLIENT_ERROR (values already sent stay sent) and the rest
+ * of the line is dropped. Relayed gets (scale-out) are not streamed:
+ * there the line is bounded by max_line.
+ */
+
+/* If p (n bytes, no newline yet) starts a retrieval command, begins the
+ * stream and returns the bytes of its head; 0 otherwise. */
+static size_t stream_begin(proto_ctx *ctx, pt_state *st, const char *p,
+                           size_t n)
+{
+    static const struct {
+        const char *name;
+        uint8_t flags;
+    } cmds[] = {{"get ", 0},
+                {"gets ", PT_GET_CAS},
+                {"gat ", PT_GET_TOUCH},
+                {"gats ", PT_GET_CAS | PT_GET_TOUCH}};
+    const char *e = p + n;
+
+    if (ctx->cfg->route_fn != NULL || !ctx->authenticated)
+        return 0;
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        size_t len = strlen(cmds[i].name);
+        if (n <= len || memcmp(p, cmds[i].name, len) != 0)
+            continue;
+        const char *q = p + len;
+        st->stream_exptime = 0;
+        if (cmds[i].flags & PT_GET_TOUCH) {
+            while (q < e && *q == ' ')
+                q++;
+            const char *sp = memchr(q, ' ', (size_t)(e - q));
+            if (sp == NULL ||
+                !pt_parse_i64(q, (size_t)(sp - q), &st->stream_exptime))
+                return 0; /* served (or refused) as an ordinary line */
+            st->stream_exptime =
+                store_exptime_abs(ctx->store, st->stream_exptime);
+            q = sp;
+        }
+        st->stream = true;
+        st->stream_get = cmds[i].flags;
+        return (size_t)(q - p);
+    }
+    return 0;
+}
+
+/*
+ * Serves the keys in p[0, n): all of them when the line ends at p[n]
+ * (final; then END, and the newline is consumed), else those before the
+ * last space. Returns the bytes consumed; 0 when no key is complete yet.
+ */
+static size_t stream_keys(pt_req *r, const char *p, size_t n, bool final)
+{
+    pt_state *st = r->st;
+    size_t end = n;
+
+    if (final && end > 0 && p[end - 1] == '\r')
+        end--;
+    if (!final) {
+        const char *sp = p + n;
+        while (sp > p && sp[-1] != ' ')
+            sp--;
+        end = (size_t)(sp - p);
+        if (end == 0) {
+            if (n <= PT_KEY_MAX)
+                return 0; /* one key, still arriving */
+            end = n;      /* a key too long: refused below */
+        }
+    }
+    const char *q = p, *e = p + end;
+    pt_tok k;
+    while (next_key(&q, e, &k)) {
+        if (!pt_key_ok(k.s, k.n)) {
+            REPLY(r, "CLIENT_ERROR bad command line format");
+            st->stream = false;
+            st->skip_line = !final;
+            return final ? n + 1 : n;
+        }
+        get_one(r, &k, st->stream_get & PT_GET_CAS,
+                st->stream_get & PT_GET_TOUCH, st->stream_exptime);
+    }
+    if (!final)
+        return end;
+    OUT_LIT(r->o, "END\r\n");
+    st->stream = false;
+    return n + 1;
+}
+
 /* ================================================================ loop */
 
 static pt_state *state_of(proto_ctx *ctx)
@@ -2065,6 +2161,26 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
             v.off += nl ? (size_t)(nl - p) + 1 : avail;
             st->skip_line = nl == NULL;
             continue;
+        }
+        if (!st->stream && nl == NULL && avail >= PT_STREAM_MIN &&
+            avail < max_line + 1) {
+            size_t head = stream_begin(ctx, st, p, avail);
+            v.off += head;
+            if (head > 0)
+                continue;
+        }
+        if (st->stream) {
+            pt_req r = {.ctx = ctx, .st = st, .o = &o};
+            size_t n = nl ? (size_t)(nl - p) : avail;
+            size_t used = stream_keys(&r, p, n, nl != NULL);
+            v.off += used;
+            if (used > 0)
+                continue;
+            /* one key split across the buffer's pieces: join them */
+            size_t total = view_total(&v);
+            if (total > avail && view_grow(&v, avail + PT_KEY_MAX + 2) > avail)
+                continue;
+            break; /* wait for the rest of the key */
         }
         if (nl == NULL) {
             if (avail > max_line) {

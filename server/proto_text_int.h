@@ -30,6 +30,9 @@
 #define PT_LINE_MAX 1024 /* longest reply line we build (meta) */
 #define PT_VERBOSITY_MAX 2
 #define PT_AUTH_MAX 1024 /* bytes of "<user> <password>" (-Y) */
+#define PT_STREAM_MIN                                                         \
+    65536 /* a retrieval line without its newline after                       \
+             this many bytes is served as it comes */
 
 /* Handler results besides ">= 0: extra bytes consumed after the line". */
 enum {
@@ -49,9 +52,13 @@ enum pt_dump {
 
 /* Per-connection state: what is left of a previous request. */
 typedef struct pt_state {
-    uint64_t swallow; /* bytes of a refused data block still to discard */
-    bool skip_line;   /* discarding an over-long line up to its newline */
-    uint8_t dump;     /* enum pt_dump */
+    uint64_t swallow;   /* bytes of a refused data block still to discard */
+    bool skip_line;     /* discarding an over-long line up to its newline */
+    uint8_t dump;       /* enum pt_dump */
+    bool stream;        /* inside a long retrieval line, taking its keys as
+                           they come (see proto_text.c, "long gets") */
+    uint8_t stream_get; /* its PT_GET_* flags */
+    int64_t stream_exptime;
     size_t dump_cursor;
     struct watch_sub *watch; /* this connection's watch subscription */
 } pt_state;

@@ -77,7 +77,9 @@
  *   - a TOMBSTONE: its exptime field, which for tombstones holds the unix
  *     second it was written (its ticks when zero), plus tombstone_grace has
  *     passed;
- *   - a VALUE: exptime + tombstone_grace has passed, or it is flushed;
+ *   - a VALUE: the second exptime + tombstone_grace has passed (so a value
+ *     that expires, or arrives expired, is a miss for at least the rest
+ *     of that second before it goes), or it is flushed;
  *   - a FLUSH: never; a newer flush replaces it.
  * Records die as the mutations they stand for (rec_dead). store_sweep
  * removes dead items and records from key table, record tables and
@@ -834,7 +836,10 @@ static bool item_dead(store *s, const store_item *it, const tnow *t)
     case STORE_KIND_VALUE:
         if (item_flushed(s, it, t))
             return true;
-        return it->exptime != 0 && t->s - grace >= (int64_t)it->exptime;
+        /* strictly after: a value that expires this second (or arrived
+         * expired) is kept until the next, so a read in that second sees
+         * it expired (memcached's get_expired), even with a grace of 0 */
+        return it->exptime != 0 && t->s - grace > (int64_t)it->exptime;
     default:
         return false;
     }
@@ -1014,7 +1019,8 @@ static bool rec_dead(store *s, const evrec_entry *e, const tnow *t)
             grace = DROP_GRACE;
         return t->s - grace >= born;
     }
-    return e->exptime != 0 && t->s - grace >= (int64_t)e->exptime;
+    return e->exptime != 0 &&
+           t->s - grace > (int64_t)e->exptime; /* as a value */
 }
 
 static inline void recs_sync(store *s)

@@ -195,6 +195,39 @@ class LongLines(unittest.TestCase):
             s.close()
 
 
+    def test_get_longer_than_max_line_is_streamed(self):
+        # memcached takes a retrieval line of any length; so does this
+        # server, taking keys as they arrive: a 3 MB line (max_line is 1m)
+        # sent in pieces, with a key cut between two of them.
+        with Server() as srv:
+            s = srv.connect()
+            s.sendall(b"set k:0000777 0 0 2\r\nhi\r\n"
+                      b"set k:0299999 0 0 2\r\nyo\r\n")
+            self.assertEqual(recv_until(s, b"STORED\r\nSTORED\r\n"),
+                             b"STORED\r\nSTORED\r\n")
+            rss0 = srv.rss_kb()
+            keys = b" ".join(b"k:%07d" % i for i in range(300000))
+            for cmd, flags in ((b"get ", b""), (b"gat 100 ", b"")):
+                line = cmd + keys + b"\r\n"
+                for off in range(0, len(line), 65537):
+                    s.sendall(line[off:off + 65537])
+                self.assertEqual(
+                    recv_until(s, b"END\r\n", timeout=30),
+                    b"VALUE k:0000777 0 2\r\nhi\r\n"
+                    b"VALUE k:0299999 0 2\r\nyo\r\nEND\r\n")
+            self.assertLess(srv.rss_kb() - rss0, 2048,
+                            "the line was buffered whole")
+            st = srv.stats()
+            self.assertEqual(st["get_hits"], "2")
+            self.assertEqual(st["get_misses"], str(299998))
+            # a key too long inside the stream ends it with an error
+            s.sendall(b"get " + keys[:200000] + b" " + b"x" * 300 + b" " +
+                      keys[:100000] + b"\r\nmn\r\n")
+            got = recv_until(s, b"MN\r\n", timeout=30)
+            self.assertTrue(got.endswith(
+                b"CLIENT_ERROR bad command line format\r\nMN\r\n"), got)
+
+
 class LoneNode(unittest.TestCase):
     def test_expired_reclaimed_and_deletes_leave_nothing(self):
         # Without replication there is nothing to reconcile: an expired

@@ -815,10 +815,10 @@ START_TEST(test_expiry)
     expect(s, "e", "v");
     advance(&c, 1);
     expect(s, "e", NULL);
-    /* Still in the set until exptime + grace. */
+    /* Still in the set until the second after exptime + grace. */
     ck_assert_uint_eq(store_sweep(s, 100), 0);
     ck_assert_uint_eq(stats(s).mutations, 1);
-    advance(&c, 99);
+    advance(&c, 100);
     ck_assert_uint_eq(store_sweep(s, 100), 0);
     advance(&c, 1);
     ck_assert_uint_eq(store_sweep(s, 100), 1);
