@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -164,6 +165,16 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd,
     worker_dispatch(fd, sa, (socklen_t)salen);
 }
 
+/* When the listeners were paused (monotonic µs); 0 while they accept. */
+static uint64_t paused_since_us;
+
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 static void relisten_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -171,6 +182,10 @@ static void relisten_cb(evutil_socket_t fd, short what, void *arg)
     (void)arg;
     for (size_t i = 0; i < d.nlisteners; i++) {
         evconnlistener_enable(d.listeners[i]);
+    }
+    if (paused_since_us != 0) {
+        STATS_CONN_ADD(listen_disabled_us, mono_us() - paused_since_us);
+        paused_since_us = 0;
     }
     STATS_CONN_SET(accepting_conns, 1);
 }
@@ -187,6 +202,8 @@ static void accept_error_cb(struct evconnlistener *l, void *arg)
         struct timeval pause = {0, 100 * 1000};
         STATS_CONN_ADD(listen_disabled_num, 1);
         STATS_CONN_SET(accepting_conns, 0);
+        if (paused_since_us == 0)
+            paused_since_us = mono_us();
         evconnlistener_disable(l);
         event_add(d.ev_relisten, &pause);
     }
@@ -403,8 +420,6 @@ static void warn_ignored(void)
     IGN_BOOL(enable_coredumps, "-r")
     IGN_BOOL(lock_memory, "-k")
     IGN_BOOL(large_memory_pages, "-L")
-    IGN_BOOL(dump_disabled, "-X")
-    IGN_BOOL(watch_disabled, "-W")
     IGN_STR(extended_ignored, "-o")
 #undef IGN_STR
 #undef IGN_BOOL
@@ -636,6 +651,8 @@ static void start(void)
 
     d.pcfg.item_size_max = (size_t)d.opts.item_size_max;
     d.pcfg.stats_list = stats_emit_group;
+    d.pcfg.dump_disabled = d.opts.dump_disabled;
+    d.pcfg.watch_disabled = d.opts.watch_disabled;
     d.pcfg.reqs_per_event = (unsigned)d.opts.reqs_per_event;
     d.pcfg.stats_reset = stats_reset;
     d.pcfg.sasl = d.opts.auth_enabled_sasl;

@@ -176,9 +176,9 @@ enum options_proto {
     X(large_memory_pages, 'L', "enable-largepages", OPTIONS_BOOL_ON, "no", 0, \
       0, "memcached's large pages: accepted, no effect")                      \
     X(dump_disabled, 'X', "disable-dumping", OPTIONS_BOOL_ON, "no", 0, 0,     \
-      "memcached's no metadump: accepted, no effect")                         \
+      "refuse stats cachedump and lru_crawler metadump/mgdump")               \
     X(watch_disabled, 'W', "disable-watch", OPTIONS_BOOL_ON, "no", 0, 0,      \
-      "memcached's no watch: accepted, no effect")                            \
+      "refuse the watch command")                                             \
     X(extended_ignored, 0, "extended-ignored", OPTIONS_STR, NULL, 0, 0,       \
       "memcached -o settings given that have no effect here (set by -o)")     \
     X(idle_timeout, 0, "idle-timeout", OPTIONS_UINT, "0", 0, 31536000,        \

@@ -82,6 +82,8 @@ typedef struct proto_config {
     bool flush_enabled;      /* -F disables flush_all */
     bool shutdown_enabled;   /* -A enables shutdown */
     bool cas_enabled;        /* -C disables cas */
+    bool dump_disabled;      /* -X: no cachedump, metadump, mgdump */
+    bool watch_disabled;     /* -W: no watch */
     size_t max_line;         /* longest text request line accepted */
     unsigned reqs_per_event; /* -R: requests one call executes before it
                                 yields to other connections (PROTO_PAUSED

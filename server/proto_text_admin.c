@@ -172,6 +172,10 @@ static int cachedump(pt_req *r)
     uint32_t id, limit;
     cachedump_walk d = {.o = r->o};
 
+    if (r->ctx->cfg->dump_disabled) {
+        REPLY(r, "CLIENT_ERROR stats cachedump not allowed");
+        return 0;
+    }
     if (r->nt < 4) {
         REPLY(r, "CLIENT_ERROR bad command line");
         return 0;
@@ -314,6 +318,13 @@ int pt_cmd_lru_crawler(pt_req *r, int arg)
 
     if (r->nt == 3 && (TOK_IS(sub, "metadump") || TOK_IS(sub, "mgdump"))) {
         bool mg = TOK_IS(sub, "mgdump");
+        if (r->ctx->cfg->dump_disabled) {
+            if (mg)
+                REPLY(r, "ERROR mgdump not allowed");
+            else
+                REPLY(r, "ERROR metadump not allowed");
+            return 0;
+        }
         const pt_tok *cls = &r->t[2];
         bool ours = true;
         if (!TOK_IS(cls, "all") && !TOK_IS(cls, "hash")) {
@@ -457,6 +468,10 @@ int pt_cmd_watch(pt_req *r, int arg)
     unsigned mask = 0;
 
     (void)arg;
+    if (r->ctx->cfg->watch_disabled) {
+        REPLY(r, "CLIENT_ERROR watch commands not allowed");
+        return 0;
+    }
     if (has_pending(r)) {
         REPLY(r, "ERROR cannot pipeline other commands before watch");
         return 0;

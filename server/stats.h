@@ -67,7 +67,8 @@ typedef struct stats_conns {
     uint64_t rejected_connections;
     uint64_t connection_structures;
     uint64_t listen_disabled_num;
-    uint64_t accepting_conns; /* gauge: 1 while the listeners accept */
+    uint64_t listen_disabled_us; /* time the listeners spent paused */
+    uint64_t accepting_conns;    /* gauge: 1 while the listeners accept */
 } stats_conns;
 
 extern stats_conns stats_conn_counters;

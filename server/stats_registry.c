@@ -28,6 +28,7 @@
 #include <event2/event.h>
 
 #include "prefix_stats.h"
+#include "watch.h"
 #include "worker.h"
 
 #define STATS_MAX_LISTENERS 64
@@ -221,6 +222,14 @@ static void emit_general(stats_emit_fn emit, void *arg)
              STATS_CONN_GET(listen_disabled_num));
     emit_u64(emit, arg, "threads", worker_count());
     emit_u64(emit, arg, "conn_yields", yields);
+    emit_u64(emit, arg, "time_in_listen_disabled_us",
+             STATS_CONN_GET(listen_disabled_us));
+    watch_stats ws;
+    watch_get_stats(&ws);
+    emit_u64(emit, arg, "log_worker_written", ws.written);
+    emit_u64(emit, arg, "log_watcher_skipped", ws.skipped);
+    emit_u64(emit, arg, "log_watcher_sent", ws.sent);
+    emit_u64(emit, arg, "log_watchers", ws.watchers);
     emit_u64(emit, arg, "hash_power_level", ss.hash_power_level);
     emit_u64(emit, arg, "bytes", ss.bytes);
     emit_u64(emit, arg, "curr_items", ss.curr_items);
@@ -543,6 +552,8 @@ void stats_reset(void)
     __atomic_store_n(&stats_conn_counters.rejected_connections, 0,
                      __ATOMIC_RELAXED);
     __atomic_store_n(&stats_conn_counters.listen_disabled_num, 0,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&stats_conn_counters.listen_disabled_us, 0,
                      __ATOMIC_RELAXED);
     pthread_mutex_lock(&reg.lock);
     if (reg.store != NULL) {

@@ -36,6 +36,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static watch_sub *subs[WATCH_MAX];
 static size_t buffer_bytes = WATCH_BUFFER_DEFAULT;
 static _Atomic uint64_t gid;
+static uint64_t n_sent, n_skipped; /* lock held */
 
 /* Recomputes watch_kinds (lock held). */
 static void kinds_update(void)
@@ -136,18 +137,35 @@ static void emit(unsigned kind, const char *line, size_t n)
                              (unsigned long long)w->skipped);
             if ((size_t)m + n > room) {
                 w->skipped++;
+                n_skipped++;
                 continue;
             }
             evbuffer_add(w->buf, sk, (size_t)m);
             w->skipped = 0;
             room -= (size_t)m;
         }
-        if (n <= room)
+        if (n <= room) {
             evbuffer_add(w->buf, line, n);
-        else
+            n_sent++;
+        } else {
             w->skipped++;
+            n_skipped++;
+        }
     }
     pthread_mutex_unlock(&lock);
+}
+
+void watch_get_stats(watch_stats *out)
+{
+    pthread_mutex_lock(&lock);
+    out->watchers = 0;
+    for (size_t i = 0; i < WATCH_MAX; i++)
+        out->watchers += subs[i] != NULL;
+    out->sent = n_sent;
+    out->skipped = n_skipped;
+    pthread_mutex_unlock(&lock);
+    /* every line takes a gid */
+    out->written = atomic_load_explicit(&gid, memory_order_relaxed);
 }
 
 char *watch_uriencode(char *dst, const char *src, size_t n)

@@ -66,6 +66,16 @@ void watch_unsubscribe(watch_sub *w);
  * "skipped=N" line first) into out. Returns the bytes moved. */
 size_t watch_take(watch_sub *w, struct evbuffer *out);
 
+/* memcached's log_* stats. */
+typedef struct watch_stats {
+    uint64_t watchers; /* subscribed now */
+    uint64_t written;  /* lines formatted */
+    uint64_t sent;     /* lines handed to a watcher's buffer */
+    uint64_t skipped;  /* lines a watcher lost (its buffer was full) */
+} watch_stats;
+
+void watch_get_stats(watch_stats *out);
+
 /* Events. Call only when watch_wanted(kind) is true. */
 
 /* fetchers: a read of key that found it (NULL: a miss, for why, a

@@ -233,6 +233,42 @@ class Watch(unittest.TestCase):
             self.assertTrue(wait_for(again, timeout=5))
 
 
+class Switches(unittest.TestCase):
+    def test_no_dumps_no_watch(self):
+        # memcached's -X and -W
+        with Server(["-X", "-W"]) as srv:
+            s = srv.connect()
+            for req, want in [
+                (b"lru_crawler metadump all\r\n",
+                 b"ERROR metadump not allowed\r\n"),
+                (b"lru_crawler mgdump all\r\n",
+                 b"ERROR mgdump not allowed\r\n"),
+                (b"stats cachedump 1 0\r\n",
+                 b"CLIENT_ERROR stats cachedump not allowed\r\n"),
+                (b"watch mutations\r\n",
+                 b"CLIENT_ERROR watch commands not allowed\r\n"),
+                (b"mn\r\n", b"MN\r\n"),
+            ]:
+                s.sendall(req)
+                self.assertEqual(recv_until(s, b"\r\n"), want, req)
+
+    def test_watcher_stats(self):
+        with Server() as srv:
+            w1, w2 = srv.connect(), srv.connect()
+            for w in (w1, w2):
+                w.sendall(b"watch fetchers\r\n")
+                self.assertEqual(recv_until(w, b"\r\n"), b"OK\r\n")
+            self.assertEqual(srv.stats()["log_watchers"], "2")
+            srv.request(b"get nothing\r\n", b"END\r\n")
+            self.assertTrue(wait_for(
+                lambda: srv.stats()["log_watcher_sent"] == "2"))
+            self.assertEqual(srv.stats()["log_worker_written"], "1")
+            w1.close()
+            w2.close()
+            self.assertTrue(wait_for(
+                lambda: srv.stats()["log_watchers"] == "0"))
+
+
 class KeysAndRefusals(unittest.TestCase):
     def test_control_bytes_in_text_keys(self):
         # memcached stores them; so does this server, on every protocol

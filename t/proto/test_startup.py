@@ -272,7 +272,7 @@ class MemcachedCommandLine(unittest.TestCase):
     warning line naming each."""
 
     def test_flags_without_effect_accepted_and_named(self):
-        args = ["-f", "1.25", "-n", "48", "-k", "-L", "-r", "-X", "-W",
+        args = ["-f", "1.25", "-n", "48", "-k", "-L", "-r",
                 "-D", ":", "-e", "/nonexistent/memory_file", "-U", "11211",
                 "-o", "slab_chunk_max=512,no_modern,lru_crawler,"
                 "hash_algorithm=murmur3,ext_path=/x:64m",
@@ -284,7 +284,7 @@ class MemcachedCommandLine(unittest.TestCase):
             err = srv.stderr()
         lines = [ln for ln in err.splitlines() if "no effect here" in ln]
         self.assertEqual(len(lines), 1, err)
-        for name in ("-f 1.25", "-n 48", "-k", "-L", "-r", "-X", "-W",
+        for name in ("-f 1.25", "-n 48", "-k", "-L", "-r",
                      "-D :", "-e /nonexistent/memory_file", "-U 11211",
                      "slab_chunk_max=512", "no_modern", "lru_crawler",
                      "hash_algorithm=murmur3", "ext_path=/x:64m", "modern",
