@@ -1358,6 +1358,10 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
             clock_catch_up(s, it->flush_at);
     }
     if (cur != NULL) {
+        /* memcached's "reclaimed": a value stored over one that had
+         * expired or been flushed */
+        if (item_kind(cur) == STORE_KIND_VALUE && !item_live(s, cur, t))
+            COUNT_ADD(s, reclaimed, 1);
         item_retire(s, cur);
     } else if (sp->count > (sp->mask + 1) + (sp->mask + 1) / 2) {
         stripe_grow(s, sp);

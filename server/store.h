@@ -614,7 +614,8 @@ typedef struct store_stats {
     uint64_t evictions;
     uint64_t expired_unfetched;
     uint64_t evicted_unfetched;
-    uint64_t reclaimed;
+    uint64_t reclaimed; /* expired or flushed values swept, evicted or
+                           written over */
     uint64_t mutations; /* set size = sketch symbol 0 count */
     uint64_t tombstones;
     uint64_t evicted_records; /* STORE_KIND_EVICTED records held */
