@@ -32,7 +32,12 @@
  * marks are part of the value's mutation (store.h, STORE_MARK_*), so they
  * replicate with it.
  *
- * Deliberate differences from memcached (all on bad input):
+ * Deliberate differences from memcached:
+ *   - "mg <key> T-1 t" (a touch to an expiry in the past) answers t0: the
+ *     item has expired; memcached prints its clock difference as an
+ *     unsigned number (t4294964727), which no client can use. Both then
+ *     miss on the key.
+ * and on bad input:
  *   - numbers that do not fit their field (byte counts that would wrap)
  *     are refused instead of being truncated; client flags are kept
  *     modulo 2^32 as memcached does;
