@@ -148,6 +148,21 @@ class CommandLineTools(unittest.TestCase):
                 self.assertIn("curr_items:", out.replace(" ", ""))
                 self.assertIn("-ribltcache-", out)
 
+    @unittest.skipIf(shutil.which("memccapable") is None, "memccapable missing")
+    def test_memccapable_passes_every_check(self):
+        # libmemcached's protocol conformance checks, text and binary
+        with Server() as srv:
+            host, port = srv.address().rsplit(":", 1)
+            out = subprocess.run(["memccapable", "-h", host, "-p", port,
+                                  "-t", "10"], timeout=120,
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT)
+            text = out.stdout.decode(errors="replace")
+            self.assertEqual(out.returncode, 0, text)
+            self.assertIn("All tests passed", text)
+            self.assertNotIn("[FAIL]", text)
+            self.assertGreaterEqual(text.count("[pass]"), 50, text)
+
 
 if __name__ == "__main__":
     harness.main()

@@ -215,8 +215,9 @@ class LongLines(unittest.TestCase):
                     recv_until(s, b"END\r\n", timeout=30),
                     b"VALUE k:0000777 0 2\r\nhi\r\n"
                     b"VALUE k:0299999 0 2\r\nyo\r\nEND\r\n")
-            self.assertLess(srv.rss_kb() - rss0, 2048,
-                            "the line was buffered whole")
+            if harness.rss_is_live_memory():
+                self.assertLess(srv.rss_kb() - rss0, 2048,
+                                "the line was buffered whole")
             st = srv.stats()
             self.assertEqual(st["get_hits"], "2")
             self.assertEqual(st["get_misses"], str(299998))
