@@ -50,89 +50,123 @@ static void entries_free(entry *v, size_t n)
     free(v);
 }
 
-/* Reads path into a new entry array. Returns AUTHFILE_OK or an error. */
-static int load(const char *path, entry **out, size_t *nout, int *line)
+/* Parses text (n bytes) into a new entry array. Returns AUTHFILE_OK or
+ * an error, with *line the 1-based line at fault. */
+static int parse(const char *text, size_t n, entry **out, size_t *nout,
+                 int *line)
 {
-    FILE *f = fopen(path, "r");
-    char buf[AUTHFILE_MAX_LINE + 2];
-    entry *v;
-    size_t n = 0;
+    entry *v = calloc(AUTHFILE_MAX_ENTRIES, sizeof(*v));
+    const char *p = text, *e = text + n;
+    size_t count = 0;
     int rc = AUTHFILE_OK, lineno = 0;
 
-    if (f == NULL)
-        return AUTHFILE_ERR_OPEN;
-    v = calloc(AUTHFILE_MAX_ENTRIES, sizeof(*v));
-    if (v == NULL) {
-        fclose(f);
+    if (v == NULL)
         return AUTHFILE_ERR_NOMEM;
-    }
-    while (rc == AUTHFILE_OK && fgets(buf, sizeof(buf), f) != NULL) {
+    while (rc == AUTHFILE_OK && p < e) {
+        const char *nl = memchr(p, '\n', (size_t)(e - p));
+        const char *end = nl != NULL ? nl : e;
+        size_t len = (size_t)(end - p);
         lineno++;
-        size_t len = strcspn(buf, "\r\n");
-        if (buf[len] == '\0' && !feof(f)) {
-            rc = AUTHFILE_ERR_FORMAT; /* longer than a line may be */
-            break;
-        }
-        buf[len] = '\0';
-        if (len == 0 || buf[0] == '#')
-            continue;
-        char *colon = memchr(buf, ':', len);
-        if (colon == NULL || colon == buf) {
+        if (len > 0 && p[len - 1] == '\r')
+            len--;
+        const char *colon = memchr(p, ':', len);
+        if (len == 0 || p[0] == '#') {
+            /* blank or comment */
+        } else if (len > AUTHFILE_MAX_LINE || memchr(p, '\0', len) != NULL ||
+                   colon == NULL || colon == p) {
             rc = AUTHFILE_ERR_FORMAT;
-            break;
-        }
-        if (n == AUTHFILE_MAX_ENTRIES) {
+        } else if (count == AUTHFILE_MAX_ENTRIES) {
             rc = AUTHFILE_ERR_TOO_MANY;
-            break;
+        } else {
+            char *copy = malloc(len + 1);
+            if (copy == NULL) {
+                rc = AUTHFILE_ERR_NOMEM;
+                break;
+            }
+            memcpy(copy, p, len);
+            copy[len] = '\0';
+            size_t nu = (size_t)(colon - p);
+            copy[nu] = '\0';
+            v[count].user = copy;
+            v[count].nuser = nu;
+            v[count].pass = copy + nu + 1;
+            v[count].npass = len - nu - 1;
+            count++;
         }
-        char *copy = malloc(len + 1);
-        if (copy == NULL) {
-            rc = AUTHFILE_ERR_NOMEM;
-            break;
-        }
-        memcpy(copy, buf, len + 1);
-        size_t nu = (size_t)(colon - buf);
-        copy[nu] = '\0';
-        v[n].user = copy;
-        v[n].nuser = nu;
-        v[n].pass = copy + nu + 1;
-        v[n].npass = len - nu - 1;
-        n++;
+        p = nl != NULL ? nl + 1 : e;
     }
-    memset(buf, 0, sizeof(buf));
-    if (rc == AUTHFILE_OK && ferror(f))
-        rc = AUTHFILE_ERR_OPEN;
-    fclose(f);
-    if (rc == AUTHFILE_OK && n == 0)
+    if (rc == AUTHFILE_OK && count == 0)
         rc = AUTHFILE_ERR_EMPTY;
     if (rc != AUTHFILE_OK) {
         if (line != NULL)
             *line = lineno;
-        entries_free(v, n);
+        entries_free(v, count);
         return rc;
     }
     *out = v;
-    *nout = n;
+    *nout = count;
     return AUTHFILE_OK;
+}
+
+/* Reads path (at most AUTHFILE_MAX_ENTRIES lines' worth) and parses it. */
+static int load(const char *path, entry **out, size_t *nout, int *line)
+{
+    enum { CAP = AUTHFILE_MAX_ENTRIES * 4 * (AUTHFILE_MAX_LINE + 2) };
+    FILE *f = fopen(path, "r");
+    char *buf;
+    size_t n;
+    int rc;
+
+    if (f == NULL)
+        return AUTHFILE_ERR_OPEN;
+    buf = malloc(CAP + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return AUTHFILE_ERR_NOMEM;
+    }
+    n = fread(buf, 1, CAP + 1, f);
+    if (ferror(f))
+        rc = AUTHFILE_ERR_OPEN;
+    else if (n > CAP)
+        rc = AUTHFILE_ERR_TOO_MANY;
+    else
+        rc = parse(buf, n, out, nout, line);
+    fclose(f);
+    memset(buf, 0, n < CAP ? n : CAP);
+    free(buf);
+    return rc;
+}
+
+static authfile *wrap(entry *v, size_t n, int *rc)
+{
+    authfile *af = calloc(1, sizeof(*af));
+    if (af == NULL || pthread_rwlock_init(&af->lock, NULL) != 0) {
+        free(af);
+        entries_free(v, n);
+        *rc = AUTHFILE_ERR_NOMEM;
+        return NULL;
+    }
+    af->v = v;
+    af->n = n;
+    return af;
+}
+
+authfile *authfile_parse(const char *text, size_t n, int *rc, int *line)
+{
+    entry *v;
+    size_t count;
+
+    *rc = parse(text, n, &v, &count, line);
+    return *rc == AUTHFILE_OK ? wrap(v, count, rc) : NULL;
 }
 
 authfile *authfile_open(const char *path, int *rc, int *line)
 {
-    authfile *af = calloc(1, sizeof(*af));
-    if (af == NULL) {
-        *rc = AUTHFILE_ERR_NOMEM;
-        return NULL;
-    }
-    *rc = load(path, &af->v, &af->n, line);
-    if (*rc != AUTHFILE_OK || pthread_rwlock_init(&af->lock, NULL) != 0) {
-        if (*rc == AUTHFILE_OK) {
-            entries_free(af->v, af->n);
-            *rc = AUTHFILE_ERR_NOMEM;
-        }
-        free(af);
-        return NULL;
-    }
-    return af;
+    entry *v;
+    size_t count;
+
+    *rc = load(path, &v, &count, line);
+    return *rc == AUTHFILE_OK ? wrap(v, count, rc) : NULL;
 }
 
 int authfile_reload(authfile *af, const char *path, int *line)

@@ -1,7 +1,8 @@
 /*
  * authfile.h -- user:password credentials from a file (memcached's -Y
- * authfile, and the SASL file): one entry per line, "user:password";
- * empty lines and lines starting with '#' are skipped.
+ * authfile, and the SASL file): one entry per line, "user:password"
+ * (the password may hold colons); empty lines and lines starting with '#'
+ * are skipped.
  *
  * A check compares against every entry in time that depends only on the
  * lengths involved, never on where the first differing byte is. A reload
@@ -33,6 +34,9 @@ const char *authfile_strerror(int rc);
 /* Loads path. Returns the credentials, or NULL with *rc set (and *line,
  * when not NULL, the 1-based line at fault for a format error). */
 authfile *authfile_open(const char *path, int *rc, int *line);
+
+/* The same from text in memory (n bytes). */
+authfile *authfile_parse(const char *text, size_t n, int *rc, int *line);
 
 /* Reads path again into af; on failure af keeps its entries. Returns
  * AUTHFILE_OK or an error. Any thread. */

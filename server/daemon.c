@@ -56,9 +56,8 @@ static const char *const prog = "ribltcached";
 typedef struct daemon_state {
     options opts;
     proto_config pcfg;
-    char *sasl_user;
-    char *sasl_pass;
-    authfile *auth; /* -Y */
+    authfile *sasl_auth; /* -S */
+    authfile *auth;      /* -Y */
     store *store;
     struct event_base *base;
     struct evconnlistener *listeners[MAX_LISTENERS];
@@ -92,46 +91,33 @@ static void die(int status, const char *fmt, ...)
     exit(status);
 }
 
-/* --------------------------------------------------------------- SASL */
+/* ---------------------------------------------------------- users */
 
-/*
- * Reads the credentials for SASL PLAIN: the first line of the file that is
- * neither blank nor a # comment, as user:password (the password may hold
- * colons). Returns 0, or -1 with a message printed.
- */
-static int load_sasl(const char *path)
+/* Loads an authfile (-S's sasl_file, -Y's auth_file), or says why not. */
+static authfile *load_users(const char *what, const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        fprintf(stderr, "%s: cannot open sasl_file %s: %s\n", prog, path,
-                strerror(errno));
-        return -1;
-    }
-    char line[1024];
-    int rc = -1;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        line[strcspn(line, "\r\n")] = '\0';
-        if (line[0] == '\0' || line[0] == '#') {
-            continue;
-        }
-        char *colon = strchr(line, ':');
-        if (colon == NULL || colon == line) {
-            fprintf(stderr, "%s: sasl_file %s: expected user:password\n", prog,
-                    path);
-            break;
-        }
-        *colon = '\0';
-        d.sasl_user = strdup(line);
-        d.sasl_pass = strdup(colon + 1);
-        rc = d.sasl_user && d.sasl_pass ? 0 : -1;
-        break;
-    }
-    if (rc != 0 && d.sasl_user == NULL) {
-        fprintf(stderr, "%s: sasl_file %s holds no user:password line\n", prog,
-                path);
-    }
-    fclose(f);
-    return rc;
+    int rc, line = 0;
+    authfile *af = authfile_open(path, &rc, &line);
+    if (af == NULL)
+        fprintf(stderr, "%s: %s %s: %s (line %d)\n", prog, what, path,
+                authfile_strerror(rc), line);
+    return af;
+}
+
+/* SIGHUP: reads an authfile again; a broken file keeps the old users. */
+static void reload_users(authfile *af, const char *what, const char *path)
+{
+    int line = 0, rc;
+
+    if (af == NULL)
+        return;
+    rc = authfile_reload(af, path, &line);
+    if (rc != AUTHFILE_OK)
+        LOG(LOG_LEVEL_ERROR, "main",
+            "SIGHUP: %s %s not reloaded (line %d: %s); the old entries stay",
+            what, path, line, authfile_strerror(rc));
+    else
+        LOG(LOG_LEVEL_INFO, "main", "SIGHUP: %s %s reloaded", what, path);
 }
 
 /* ---------------------------------------------------------- accepting */
@@ -366,17 +352,8 @@ static void hup_cb(evutil_socket_t sig, short what, void *arg)
     (void)sig;
     (void)what;
     (void)arg;
-    if (d.auth != NULL) {
-        int line = 0, rc = authfile_reload(d.auth, d.opts.auth_file, &line);
-        if (rc != AUTHFILE_OK)
-            LOG(LOG_LEVEL_ERROR, "main",
-                "SIGHUP: auth_file %s not reloaded (line %d: %s); the old "
-                "entries stay",
-                d.opts.auth_file, line, authfile_strerror(rc));
-        else
-            LOG(LOG_LEVEL_INFO, "main", "SIGHUP: auth_file %s reloaded",
-                d.opts.auth_file);
-    }
+    reload_users(d.auth, "auth_file", d.opts.auth_file);
+    reload_users(d.sasl_auth, "sasl_file", d.opts.sasl_file);
     if (!d.opts.log_file) {
         LOG(LOG_LEVEL_INFO, "main",
             "SIGHUP: nothing to reopen, still serving");
@@ -656,8 +633,7 @@ static void start(void)
     d.pcfg.reqs_per_event = (unsigned)d.opts.reqs_per_event;
     d.pcfg.stats_reset = stats_reset;
     d.pcfg.sasl = d.opts.auth_enabled_sasl;
-    d.pcfg.sasl_user = d.sasl_user;
-    d.pcfg.sasl_pass = d.sasl_pass;
+    d.pcfg.sasl_auth = d.sasl_auth;
     d.pcfg.auth = d.auth;
     d.pcfg.flush_enabled = d.opts.flush_enabled;
     d.pcfg.shutdown_enabled = d.opts.shutdown_command;
@@ -795,9 +771,9 @@ static void stop(void)
     if (d.pid_written) {
         unlink(d.opts.pidfile);
     }
-    free(d.sasl_user);
-    free(d.sasl_pass);
+    authfile_close(d.sasl_auth);
     authfile_close(d.auth);
+    d.sasl_auth = NULL;
     d.auth = NULL;
     options_free(&d.opts);
 }
@@ -851,19 +827,13 @@ int daemon_main(int argc, char **argv, const daemon_hooks *hooks)
         options_free(&d.opts);
         return EXIT_STARTUP;
     }
-    if (d.opts.auth_enabled_sasl && load_sasl(d.opts.sasl_file) != 0) {
+    if ((d.opts.auth_enabled_sasl &&
+         (d.sasl_auth = load_users("sasl_file", d.opts.sasl_file)) == NULL) ||
+        (d.opts.auth_file != NULL &&
+         (d.auth = load_users("auth_file", d.opts.auth_file)) == NULL)) {
+        authfile_close(d.sasl_auth);
         options_free(&d.opts);
         return OPTIONS_EXIT_USAGE;
-    }
-    if (d.opts.auth_file != NULL) {
-        int arc, line = 0;
-        d.auth = authfile_open(d.opts.auth_file, &arc, &line);
-        if (d.auth == NULL) {
-            fprintf(stderr, "%s: auth_file %s: %s (line %d)\n", prog,
-                    d.opts.auth_file, authfile_strerror(arc), line);
-            options_free(&d.opts);
-            return OPTIONS_EXIT_USAGE;
-        }
     }
 
     signal(SIGPIPE, SIG_IGN);

@@ -130,9 +130,9 @@ enum options_proto {
       "require SASL PLAIN authentication (binary protocol); needs "           \
       "sasl_file")                                                            \
     X(sasl_file, 0, "sasl-file", OPTIONS_STR, NULL, 0, 0,                     \
-      "file whose first non-comment line is user:password for SASL")          \
+      "file of user:password lines for SASL (reloaded on SIGHUP)")            \
     X(reqs_per_event, 'R', "max-reqs-per-event", OPTIONS_UINT, "20", 1,       \
-      1000000, "socket reads served per connection before yielding")          \
+      1000000, "requests served per connection before yielding")              \
     X(idle_poll_us, 0, "idle-poll-us", OPTIONS_UINT, "5", 0, 1000000,         \
       "microseconds a worker keeps polling after input before it sleeps"      \
       " (0 = sleep at once)")                                                 \

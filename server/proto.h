@@ -71,10 +71,9 @@ typedef int (*proto_route_fn)(void *arg, const char *key, size_t nkey,
 
 /* Settings the parsers need; owned by the daemon, read-only for parsers. */
 typedef struct proto_config {
-    size_t item_size_max;  /* -I */
-    bool sasl;             /* -S: binary SASL PLAIN required */
-    const char *sasl_user; /* credentials for SASL PLAIN */
-    const char *sasl_pass;
+    size_t item_size_max;       /* -I */
+    bool sasl;                  /* -S: binary SASL PLAIN required */
+    struct authfile *sasl_auth; /* -S: sasl_file's users */
     /* -Y: credentials every connection must show first: text ones with
      * memcached's authenticating set, binary ones with SASL PLAIN. NULL:
      * no such requirement. */

@@ -810,17 +810,6 @@ static int bin_stat(proto_ctx *ctx, const bin_req *r, struct evbuffer *out)
     return bin_reply(out, r, BIN_STATUS_OK, 0, NULL, 0, NULL, 0, "", 0);
 }
 
-/* Compares two byte strings in time that depends only on their lengths. */
-static bool bin_secret_eq(const char *a, size_t na, const char *b, size_t nb)
-{
-    unsigned char diff = na != nb;
-    size_t n = na < nb ? na : nb;
-
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned char)(a[i] ^ b[i]);
-    return diff == 0;
-}
-
 /*
  * Checks a SASL PLAIN message, "authzid NUL authcid NUL password", against
  * the configured credentials. An authorization id, when given, must be the
@@ -846,18 +835,11 @@ static bool bin_plain_ok(const proto_config *cfg, const char *msg, size_t n)
         return false;
     if (nzid != 0 && (nzid != nuser || memcmp(msg, user, nuser) != 0))
         return false;
-    /* -Y's entries count too: one set of users for both protocols */
-    if (cfg->auth != NULL &&
-        authfile_check(cfg->auth, user, nuser, pass, npass))
-        return true;
-    if (!cfg->sasl_user || !cfg->sasl_pass)
-        return false;
-    /* Evaluate both so the time does not tell which one failed. */
-    bool user_ok =
-        bin_secret_eq(user, nuser, cfg->sasl_user, strlen(cfg->sasl_user));
-    bool pass_ok =
-        bin_secret_eq(pass, npass, cfg->sasl_pass, strlen(cfg->sasl_pass));
-    return user_ok && pass_ok;
+    /* sasl_file's users, and -Y's: both files are sets of users. Both are
+     * checked, so the time does not tell which one matched. */
+    bool ok = authfile_check(cfg->sasl_auth, user, nuser, pass, npass);
+    ok |= authfile_check(cfg->auth, user, nuser, pass, npass);
+    return ok;
 }
 
 /* Returns the connection's private state, allocating it on first use. */

@@ -9,6 +9,7 @@
 
 #include <event2/buffer.h>
 
+#include "authfile.h"
 #include "options.h"
 #include "proto_ctx.h"
 #include "stats_registry.h"
@@ -26,6 +27,7 @@
 static uint64_t fuzz_clock_ns;
 static options fuzz_opts;
 static bool fuzz_opts_ready;
+static authfile *fuzz_users; /* SASL's, made once, kept for the process */
 
 /* A deterministic clock, so every crash replays exactly. */
 static uint64_t fuzz_clock(void *arg)
@@ -45,8 +47,12 @@ static void fill_config(proto_config *cfg, bool sasl)
     memset(cfg, 0, sizeof(*cfg));
     cfg->item_size_max = (size_t)fuzz_opts.item_size_max;
     cfg->sasl = sasl;
-    cfg->sasl_user = "fuzz";
-    cfg->sasl_pass = "secret";
+    if (fuzz_users == NULL) {
+        static const char text[] = "fuzz:secret\n";
+        int rc;
+        fuzz_users = authfile_parse(text, sizeof(text) - 1, &rc, NULL);
+    }
+    cfg->sasl_auth = fuzz_users;
     cfg->flush_enabled = fuzz_opts.flush_enabled;
     cfg->shutdown_enabled = true; /* reach the shutdown path too */
     cfg->cas_enabled = fuzz_opts.cas_enabled;

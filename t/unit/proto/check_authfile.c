@@ -94,6 +94,30 @@ START_TEST(test_reload)
 }
 END_TEST
 
+START_TEST(test_parse_from_memory)
+{
+    int rc, line = 0;
+    static const char text[] = "a:1\n# c\nb:2:3"; /* no final newline */
+    authfile *af = authfile_parse(text, sizeof(text) - 1, &rc, &line);
+    ck_assert_int_eq(rc, AUTHFILE_OK);
+    ck_assert(ok(af, "a", "1"));
+    ck_assert(ok(af, "b", "2:3"));
+    authfile_close(af);
+    /* a NUL inside a line is malformed, not a shorter entry */
+    static const char nul[] = "a:1\0x\n";
+    ck_assert_ptr_null(authfile_parse(nul, sizeof(nul) - 1, &rc, &line));
+    ck_assert_int_eq(rc, AUTHFILE_ERR_FORMAT);
+    ck_assert_int_eq(line, 1);
+    /* more users than the table holds */
+    char many[AUTHFILE_MAX_ENTRIES * 8 + 16];
+    size_t n = 0;
+    for (int i = 0; i <= AUTHFILE_MAX_ENTRIES; i++)
+        n += (size_t)snprintf(many + n, sizeof(many) - n, "u%d:p\n", i);
+    ck_assert_ptr_null(authfile_parse(many, n, &rc, &line));
+    ck_assert_int_eq(rc, AUTHFILE_ERR_TOO_MANY);
+}
+END_TEST
+
 static Suite *authfile_suite(void)
 {
     Suite *s = suite_create("authfile");
@@ -102,6 +126,7 @@ static Suite *authfile_suite(void)
     tcase_add_test(tc, test_entries_and_comments);
     tcase_add_test(tc, test_bad_files);
     tcase_add_test(tc, test_reload);
+    tcase_add_test(tc, test_parse_from_memory);
     suite_add_tcase(s, tc);
     return s;
 }

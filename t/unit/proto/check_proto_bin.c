@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authfile.h"
 #include "proto.h"
 #include "proto_bin.h"
 #include "stats.h"
@@ -223,6 +224,7 @@ static const uint8_t *be64(uint8_t e[8], uint64_t v)
 
 static store *st;
 static proto_config cfg;
+static authfile *users; /* SASL's, for every test of this process */
 static stats_thread counters;
 static proto_ctx ctx;
 static struct evbuffer *in, *out;
@@ -246,8 +248,13 @@ static void setup(void)
     cfg.version = VERSION_STR;
     cfg.stats_list = stats_emit_group;
     cfg.stats_reset = stats_reset;
-    cfg.sasl_user = "alice";
-    cfg.sasl_pass = "s3cret";
+    if (users == NULL) {
+        static const char text[] = "alice:s3cret\n";
+        int rc;
+        users = authfile_parse(text, sizeof(text) - 1, &rc, NULL);
+        ck_assert_ptr_nonnull(users);
+    }
+    cfg.sasl_auth = users;
 
     memset(&counters, 0, sizeof(counters));
     memset(&ctx, 0, sizeof(ctx));
