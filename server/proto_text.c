@@ -1945,39 +1945,29 @@ static int dispatch(pt_req *r)
 static size_t stream_begin(proto_ctx *ctx, pt_state *st, const char *p,
                            size_t n)
 {
-    static const struct {
-        const char *name;
-        uint8_t flags;
-    } cmds[] = {{"get ", 0},
-                {"gets ", PT_GET_CAS},
-                {"gat ", PT_GET_TOUCH},
-                {"gats ", PT_GET_CAS | PT_GET_TOUCH}};
-    const char *e = p + n;
+    const char *e = p + n, *q = memchr(p, ' ', n);
 
-    if (ctx->cfg->route_fn != NULL || !ctx->authenticated)
+    if (ctx->cfg->route_fn != NULL || !ctx->authenticated || q == NULL)
         return 0;
-    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-        size_t len = strlen(cmds[i].name);
-        if (n <= len || memcmp(p, cmds[i].name, len) != 0)
-            continue;
-        const char *q = p + len;
-        st->stream_exptime = 0;
-        if (cmds[i].flags & PT_GET_TOUCH) {
-            while (q < e && *q == ' ')
-                q++;
-            const char *sp = memchr(q, ' ', (size_t)(e - q));
-            if (sp == NULL ||
-                !pt_parse_i64(q, (size_t)(sp - q), &st->stream_exptime))
-                return 0; /* served (or refused) as an ordinary line */
-            st->stream_exptime =
-                store_exptime_abs(ctx->store, st->stream_exptime);
-            q = sp;
-        }
-        st->stream = true;
-        st->stream_get = cmds[i].flags;
-        return (size_t)(q - p);
+    /* a retrieval command is one whose table row runs cmd_get */
+    pt_tok name = {p, (size_t)(q - p)};
+    const pt_cmd *c = find_cmd(&name);
+    if (c == NULL || c->fn != cmd_get)
+        return 0;
+    st->stream_exptime = 0;
+    if (c->arg & PT_GET_TOUCH) {
+        while (q < e && *q == ' ')
+            q++;
+        const char *sp = memchr(q, ' ', (size_t)(e - q));
+        if (sp == NULL ||
+            !pt_parse_i64(q, (size_t)(sp - q), &st->stream_exptime))
+            return 0; /* served (or refused) as an ordinary line */
+        st->stream_exptime = store_exptime_abs(ctx->store, st->stream_exptime);
+        q = sp;
     }
-    return 0;
+    st->stream = true;
+    st->stream_get = (uint8_t)c->arg;
+    return (size_t)(q - p);
 }
 
 /*

@@ -98,14 +98,20 @@ void watch_unsubscribe(watch_sub *w)
     free(w);
 }
 
+/* Writes w's "skipped=N" line into buf (48 bytes); returns its length. */
+static size_t skipped_line(const watch_sub *w, char *buf)
+{
+    return (size_t)snprintf(buf, 48, "skipped=%llu\n",
+                            (unsigned long long)w->skipped);
+}
+
 /* Appends a pending skipped= line if it fits (lock held). */
 static void put_skipped(watch_sub *w)
 {
     char line[48];
-    int n = snprintf(line, sizeof(line), "skipped=%llu\n",
-                     (unsigned long long)w->skipped);
-    if (evbuffer_get_length(w->buf) + (size_t)n <= w->cap) {
-        evbuffer_add(w->buf, line, (size_t)n);
+    size_t n = skipped_line(w, line);
+    if (evbuffer_get_length(w->buf) + n <= w->cap) {
+        evbuffer_add(w->buf, line, n);
         w->skipped = 0;
     }
 }
@@ -133,16 +139,15 @@ static void emit(unsigned kind, const char *line, size_t n)
         if (w->skipped > 0) {
             /* the skipped= line goes first, and only with this line */
             char sk[48];
-            int m = snprintf(sk, sizeof(sk), "skipped=%llu\n",
-                             (unsigned long long)w->skipped);
-            if ((size_t)m + n > room) {
+            size_t m = skipped_line(w, sk);
+            if (m + n > room) {
                 w->skipped++;
                 n_skipped++;
                 continue;
             }
-            evbuffer_add(w->buf, sk, (size_t)m);
+            evbuffer_add(w->buf, sk, m);
             w->skipped = 0;
-            room -= (size_t)m;
+            room -= m;
         }
         if (n <= room) {
             evbuffer_add(w->buf, line, n);

@@ -87,13 +87,13 @@ class Dumps(unittest.TestCase):
             for part in range(10):
                 fill(s, [b"key:%07d" % i
                          for i in range(part * 20000, (part + 1) * 20000)])
-            rss0 = srv_rss(srv)
+            rss0 = srv.rss_kb()
             s.sendall(b"lru_crawler metadump all\r\n")
             time.sleep(1.0)  # the server fills the socket, then waits
-            rss1 = srv_rss(srv)
+            rss1 = srv.rss_kb()
             if harness.rss_is_live_memory():
-                self.assertLess(rss1 - rss0, 8 << 20,
-                                "dump buffered %d bytes" % (rss1 - rss0))
+                self.assertLess(rss1 - rss0, 8 << 10,
+                                "dump buffered %d kB" % (rss1 - rss0))
             lines = read_lines(s, b"END")
             self.assertEqual(len(lines), 200001)
             other = srv.connect()
@@ -141,14 +141,6 @@ class Dumps(unittest.TestCase):
             s.sendall(b"stats cachedump 99 0\r\n")
             self.assertEqual(recv_until(s, b"\r\n"),
                              b"CLIENT_ERROR Illegal slab id\r\n")
-
-
-def srv_rss(srv):
-    with open("/proc/%d/status" % srv.proc.pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 class Watch(unittest.TestCase):
@@ -224,14 +216,8 @@ class Watch(unittest.TestCase):
                              b"WATCHER_TOO_MANY log watcher limit reached\r\n")
             held.pop().close()
             # a watcher that hung up gives its slot back
-
-            def again():
-                y = srv.connect()
-                y.sendall(b"watch\r\n")
-                ok = recv_until(y, b"\r\n") == b"OK\r\n"
-                y.close()
-                return ok
-            self.assertTrue(wait_for(again, timeout=5))
+            self.assertTrue(wait_for(
+                lambda: srv.request(b"watch\r\n") == b"OK\r\n", timeout=5))
 
 
 class Switches(unittest.TestCase):
@@ -296,8 +282,7 @@ class KeysAndRefusals(unittest.TestCase):
             harness.recv_exact(b, struct.unpack(">I", resp[8:12])[0])
             s.sendall(b"get big\r\n")
             self.assertEqual(recv_until(s, b"END\r\n"), b"END\r\n")
-            stats = parse_stats_of(s)
-            self.assertEqual(stats["curr_items"], "0")
+            self.assertEqual(srv.stats()["curr_items"], "0")
 
 
 class Connections(unittest.TestCase):
@@ -309,7 +294,7 @@ class Connections(unittest.TestCase):
             s.sendall(b"set foobar 0 0 5\r\nBubba\r\n" * 6)
             self.assertEqual(recv_until(s, b"STORED\r\n" * 6),
                              b"STORED\r\n" * 6)
-            self.assertGreaterEqual(int(parse_stats_of(s)["conn_yields"]), 5)
+            self.assertGreaterEqual(int(srv.stats()["conn_yields"]), 5)
 
     def test_a_client_mid_value_is_in_nread(self):
         with Server() as srv:
@@ -388,11 +373,8 @@ class TextAuth(unittest.TestCase):
             srv.proc.send_signal(signal.SIGHUP)
 
             def new_works():
-                s = srv.connect()
-                s.sendall(b"set x 0 0 8\r\nnew pass\r\n")
-                ok = recv_until(s, b"\r\n") == b"STORED\r\n"
-                s.close()
-                return ok
+                return srv.request(b"set x 0 0 8\r\nnew pass\r\n") == \
+                    b"STORED\r\n"
             self.assertTrue(wait_for(new_works, timeout=5))
             s = srv.connect()
             s.sendall(b"set x 0 0 7\r\nfoo bar\r\n")
