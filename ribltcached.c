@@ -28,12 +28,14 @@
 #ifdef HAVE_REPL
 #include "registry.h"
 #include "repl.h"
+#include "repl_tls.h"
 #include "ring.h"
 
 /* What the hooks own; set up in root_setup, gone after root_stop. */
 static struct {
     repl *repl;
     registry_server *registry;
+    repl_tls *tls;       /* peer and registry TLS, when repl_tls_* are set */
     uint32_t partitions; /* ring_partitions, for key_partition */
 } root;
 
@@ -159,6 +161,38 @@ static void timing_from_options(const options *o, registry_timing *t)
 
 /* Creates the registry (binds its port) when registry_port is set: inside
  * a node, or alone when repl_port is 0. */
+/* The peer channel's TLS context, when any repl_tls_* setting is given
+ * (all three are then needed). */
+static int tls_setup(const options *o, char *err, size_t nerr)
+{
+    if (!o->repl_tls_cert && !o->repl_tls_key && !o->repl_tls_ca) {
+        return 0;
+    }
+    repl_tls_options to = {
+        .cert = o->repl_tls_cert,
+        .key = o->repl_tls_key,
+        .ca = o->repl_tls_ca,
+        .node_id = o->repl_port != 0 ? (uint32_t)o->node_id : 0,
+    };
+    char terr[512];
+    root.tls = repl_tls_create(&to, terr, sizeof(terr));
+    if (root.tls == NULL) {
+        snprintf(err, nerr, "peer TLS: %s", terr);
+        return -1;
+    }
+    return 0;
+}
+
+/* daemon_hooks.reload_certs: the peer channel's certificates. */
+static int root_reload_certs(void *arg, char *err, size_t nerr)
+{
+    (void)arg;
+    if (root.tls == NULL) {
+        return 1;
+    }
+    return repl_tls_reload(root.tls, err, nerr);
+}
+
 static int registry_setup(const options *o, char *err, size_t nerr)
 {
     if (o->registry_port == 0) {
@@ -169,6 +203,7 @@ static int registry_setup(const options *o, char *err, size_t nerr)
         .port = (uint16_t)o->registry_port,
         .secret = o->cluster_secret ? o->cluster_secret : "",
         .insecure = o->repl_insecure,
+        .tls = root.tls,
     };
     char rerr[512];
     timing_from_options(o, &ro.timing);
@@ -197,7 +232,7 @@ static int root_setup(void *arg, const options *o, store *s,
                       proto_config *pcfg, char *err, size_t nerr)
 {
     (void)arg;
-    if (registry_setup(o, err, nerr) != 0) {
+    if (tls_setup(o, err, nerr) != 0 || registry_setup(o, err, nerr) != 0) {
         return -1;
     }
     if (o->repl_port == 0) {
@@ -213,6 +248,7 @@ static int root_setup(void *arg, const options *o, store *s,
     ro.peers = o->peers ? o->peers : "";
     ro.secret = o->cluster_secret ? o->cluster_secret : "";
     ro.insecure = o->repl_insecure;
+    ro.tls = root.tls;
     ro.period_ms = (uint32_t)o->repl_period_ms;
     ro.push_delay_us = (uint32_t)o->repl_push_delay_us;
     ro.max_symbols = (uint32_t)o->repl_max_symbols;
@@ -276,12 +312,15 @@ static void root_stop(void *arg)
         registry_server_destroy(root.registry);
         root.registry = NULL;
     }
+    repl_tls_destroy(root.tls);
+    root.tls = NULL;
 }
 
 static const daemon_hooks hooks = {
     .store_options = root_store_options,
     .setup = root_setup,
     .run = root_run,
+    .reload_certs = root_reload_certs,
     .stop = root_stop,
 };
 #else

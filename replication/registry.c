@@ -27,6 +27,7 @@
 #include <event2/listener.h>
 
 #include "evloop.h"
+#include "log.h"
 #include "repl_link.h"
 #include "repl_wire.h"
 
@@ -536,18 +537,42 @@ void registry_dir_counters(const registry_dir *d, registry_counters *out)
  */
 
 /* Link settings of either side: frames up to 16 KiB, idle timeout. */
-static repl_link_options link_options(const char *secret, uint32_t node_id,
+static repl_link_options link_options(const char *secret, struct repl_tls *tls,
+                                      uint32_t node_id,
                                       const registry_timing *t)
 {
     uint64_t ms = 3ull * t->heartbeat_ms + 2000;
     repl_link_options o = {
         .secret = secret,
+        .tls = tls,
         .node_id = node_id,
         .max_payload = REGISTRY_FRAME_MAX,
         /* Seconds without a frame after which a ready link is dropped. */
         .idle_s = (uint32_t)((ms + 999) / 1000),
     };
     return o;
+}
+
+/* Logs a refused handshake with its reason, at most once per 10 s. */
+static void log_refusal(log_limit *lim, const repl_link *l, const char *what,
+                        const char *name)
+{
+    uint32_t held = 0;
+    char addr[64];
+    if (!log_limit_pass(lim, 10000, &held))
+        return;
+    repl_link_peer_addr(l, addr, sizeof(addr));
+    if (name)
+        snprintf(addr, sizeof(addr), "%s", name);
+    const char *why = repl_link_refusal(l);
+    LOG(LOG_LEVEL_WARN, "registry",
+        "%s %s refused: %s; %u more since the "
+        "last such line",
+        what, addr,
+        why ? why
+            : (repl_link_tls(l) ? "not a member of this cluster"
+                                : "handshake failed (wrong cluster_secret?)"),
+        (unsigned)held);
 }
 
 static int send_u64(repl_link *l, uint8_t type, uint64_t v)
@@ -587,6 +612,7 @@ struct registry_server {
     registry_dir *dir;
     struct sconn *conns;
     int nconns;
+    log_limit refused_log;
     struct {
 #define RS_FIELD(n) uint64_t n;
         REGISTRY_SERVER_COUNTERS(RS_FIELD)
@@ -741,9 +767,11 @@ static void server_closed(void *arg, repl_link *l, int why)
 {
     struct sconn *c = arg;
     struct registry_server *s = c->s;
-    (void)l;
     if (why == REPL_LINK_CLOSED_AUTH)
         RS_ADD(s, auth_failures);
+    if (why == REPL_LINK_CLOSED_AUTH)
+        log_refusal(&s->refused_log, l, "incoming registry connection from",
+                    NULL);
     else if (why == REPL_LINK_CLOSED_BAD_FRAME)
         RS_ADD(s, bad_frames);
     if (c->member) {
@@ -792,7 +820,7 @@ static void server_accept(struct evconnlistener *lis, evutil_socket_t fd,
         return;
     }
     c->s = s;
-    repl_link_options lo = link_options(s->secret, 0, &s->o.timing);
+    repl_link_options lo = link_options(s->secret, s->o.tls, 0, &s->o.timing);
     c->l = repl_link_accept(s->loop.base, fd, &lo, &server_ops, c);
     if (!c->l) {
         free(c);
@@ -851,10 +879,10 @@ registry_server *registry_server_create(const registry_server_options *o,
         snprintf(err, nerr, "the registry needs a port");
         return NULL;
     }
-    if ((!o->secret || !o->secret[0]) && !o->insecure) {
+    if ((!o->secret || !o->secret[0]) && !o->insecure && !o->tls) {
         snprintf(err, nerr,
-                 "a registry needs cluster_secret (or repl_insecure = yes "
-                 "to run without authentication)");
+                 "a registry needs cluster_secret or repl_tls_* certificates "
+                 "(or repl_insecure = yes to run without authentication)");
         return NULL;
     }
     if (registry_timing_check(&o->timing, err, nerr) != REGISTRY_OK)
@@ -1045,6 +1073,7 @@ struct registry_client {
     char source_text[REGISTRY_ADDR_MAX + 64];
     struct pending pending[PENDING_MAX];
     unsigned pending_next;
+    log_limit refused_log;
 };
 
 static uint64_t client_inc(struct registry_client *c)
@@ -1246,7 +1275,9 @@ static void client_lost(struct rlink *k, bool was_ready)
 
 static void client_closed(void *arg, repl_link *l, int why)
 {
-    (void)why;
+    struct rlink *k = arg;
+    if (why == REPL_LINK_CLOSED_AUTH)
+        log_refusal(&k->c->refused_log, l, "registry connection to", k->name);
     client_lost(arg, repl_link_ready(l));
 }
 
@@ -1267,7 +1298,8 @@ static const repl_link_ops client_ops = {
 static void client_dial(struct rlink *k)
 {
     struct registry_client *c = k->c;
-    repl_link_options o = link_options(c->secret, c->o.node_id, &c->o.timing);
+    repl_link_options o =
+        link_options(c->secret, c->o.tls, c->o.node_id, &c->o.timing);
     int rc = repl_link_dial(c->base, (struct sockaddr *)&k->addr, k->addrlen,
                             &o, &client_ops, k, &k->l);
     if (rc == REPL_LINK_ERR_CONNECT)
@@ -1317,8 +1349,10 @@ registry_client *registry_client_create(struct event_base *base,
                  "port");
         return NULL;
     }
-    if ((!o->secret || !o->secret[0]) && !o->insecure) {
-        snprintf(err, nerr, "a registry member needs cluster_secret");
+    if ((!o->secret || !o->secret[0]) && !o->insecure && !o->tls) {
+        snprintf(err, nerr,
+                 "a registry member needs cluster_secret or repl_tls_* "
+                 "certificates");
         return NULL;
     }
     if (registry_timing_check(&o->timing, err, nerr) != REGISTRY_OK)

@@ -191,11 +191,16 @@ void registry_dir_counters(const registry_dir *d, registry_counters *out);
 
 /* =============================================================== server */
 
+struct repl_tls;
+
 typedef struct registry_server_options {
     const char *listen; /* address of the registry listener */
     uint16_t port;      /* registry port (non-zero) */
     const char *secret; /* cluster secret */
     bool insecure;      /* allow an empty secret */
+    /* TLS with mutual certificates instead of the secret (repl_tls.h);
+     * borrowed, outlives the registry. */
+    struct repl_tls *tls;
     registry_timing timing;
 } registry_server_options;
 
@@ -240,6 +245,7 @@ typedef struct registry_client_options {
     uint16_t advertise_port; /* this node's peer port */
     const char *secret;
     bool insecure;
+    struct repl_tls *tls;   /* as in registry_server_options */
     registry_timing timing; /* heartbeat_ms is what the client uses */
 } registry_client_options;
 

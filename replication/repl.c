@@ -256,10 +256,11 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
         snprintf(err, nerr, "node_id must be non-zero");
         return NULL;
     }
-    if ((!o->secret || !o->secret[0]) && !o->insecure) {
+    if ((!o->secret || !o->secret[0]) && !o->insecure && !o->tls) {
         snprintf(err, nerr,
-                 "a cluster node needs cluster_secret (or "
-                 "repl_insecure = yes to run without authentication)");
+                 "a cluster node needs cluster_secret or repl_tls_* "
+                 "certificates (or repl_insecure = yes to run without "
+                 "authentication)");
         return NULL;
     }
     if (o->period_ms == 0 || o->max_symbols < 1024 || o->push_queue == 0) {
@@ -323,6 +324,7 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
             .advertise_port = o->port,
             .secret = r->secret,
             .insecure = o->insecure,
+            .tls = o->tls,
             .timing = o->timing,
         };
         r->reg = registry_client_create(r->loop.base, &co, repl_on_view,

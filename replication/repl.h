@@ -35,12 +35,15 @@ enum repl_rc {
 };
 
 typedef struct repl_options {
-    uint32_t node_id;          /* this node's id (non-zero, unique) */
-    const char *listen;        /* address of the peer listener */
-    uint16_t port;             /* peer port; 0 = replication off */
-    const char *peers;         /* "host:port,host:port,..." (may hold self) */
-    const char *secret;        /* cluster secret */
-    bool insecure;             /* allow an empty secret */
+    uint32_t node_id;   /* this node's id (non-zero, unique) */
+    const char *listen; /* address of the peer listener */
+    uint16_t port;      /* peer port; 0 = replication off */
+    const char *peers;  /* "host:port,host:port,..." (may hold self) */
+    const char *secret; /* cluster secret */
+    bool insecure;      /* allow an empty secret */
+    /* Peer and registry links over TLS with mutual certificates instead
+     * of the secret (repl_tls.h); borrowed, must outlive the repl. */
+    struct repl_tls *tls;
     uint32_t period_ms;        /* gossip period (default 100) */
     uint32_t max_symbols;      /* coded symbols per round, cap */
     uint32_t round_timeout_ms; /* a round taking longer fails */

@@ -70,6 +70,7 @@ static repl_link_options conn_options(struct conn *c)
     struct peer *p = c->peer;
     repl_link_options o = {
         .secret = r->secret,
+        .tls = r->o.tls,
         .node_id = r->o.node_id,
         .detect_self = true,
         .max_payload = REPL_WIRE_MAX_PAYLOAD,
@@ -162,14 +163,31 @@ static void conn_closed(void *arg, repl_link *l, int why)
     default:
         break;
     }
+    const char *refusal =
+        why == REPL_LINK_CLOSED_AUTH ? repl_link_refusal(l) : NULL;
+    if (refusal) {
+        /* A certificate refused, by either side: the reason, once per
+         * 10 s, on both nodes. */
+        uint32_t held = 0;
+        char addr[64];
+        repl_link_peer_addr(l, addr, sizeof(addr));
+        if (!c->outgoing && log_limit_pass(&r->refused_log, 10000, &held))
+            LOG(LOG_LEVEL_WARN, "repl",
+                "incoming peer connection from %s refused: %s; %u more "
+                "since the last such line",
+                addr, refusal, (unsigned)held);
+    }
+    /* An outgoing refusal is told by the peer's down line. */
     if (c->outgoing && c->peer)
-        repl_peer_lost(c->peer, close_reason(why, l));
-    else if (why == REPL_LINK_CLOSED_AUTH) {
+        repl_peer_lost(c->peer, refusal ? refusal : close_reason(why, l));
+    else if (why == REPL_LINK_CLOSED_AUTH && !refusal) {
         uint32_t held = 0;
         if (log_limit_pass(&r->refused_log, 10000, &held))
             LOG(LOG_LEVEL_WARN, "repl",
                 "refused an incoming peer connection: handshake failed "
-                "(wrong cluster_secret?); %u more since the last such line",
+                "(%s); %u more since the last such line",
+                repl_link_tls(l) ? "not a peer of this cluster"
+                                 : "wrong cluster_secret?",
                 (unsigned)held);
     }
     if (!c->outgoing) {
@@ -334,7 +352,7 @@ static void conn_ready(void *arg, repl_link *l)
         p->connecting = false;
         p->backoff_ms = 0;
         p->down_since_ns = 0;
-        p->down_why = NULL;
+        p->down_why[0] = '\0';
         __atomic_store_n(&p->node_id, repl_link_peer_id(l), __ATOMIC_RELAXED);
         /* A link back after a loss: reconcile now, not at the next tick
          * (unless this node is in a round already). */

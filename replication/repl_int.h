@@ -225,7 +225,7 @@ struct peer {
     /* log rate limits: still down, failed rounds */
     log_limit down_log, round_log, push_log;
     uint32_t down_attempts; /* failed dials since it went down */
-    const char *down_why;   /* the reason last logged (a static string) */
+    char down_why[192];     /* the reason last logged ("" none) */
     struct round round;
     struct pstats st;
 };

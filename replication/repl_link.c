@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "repl_link.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -18,7 +19,12 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include "repl_tls.h"
 
 /* Frame cap while the handshake runs: its frames are 32 to 36 bytes. */
 #define HANDSHAKE_CAP 64
@@ -38,7 +44,12 @@ struct repl_link {
     bool outgoing;
     enum link_state state;
     repl_auth auth;
-    repl_mac *mac; /* the session key's HMAC context, once derived */
+    repl_mac *mac;       /* the session key's HMAC context, once derived */
+    SSL *ssl;            /* with TLS: the bufferevent's, owned by it */
+    uint8_t tls_key[32]; /* with TLS: the handshake key, exported */
+    bool hello_sent;     /* the dialling side sent its HELLO */
+    char refusal[192];   /* why the handshake was refused, for the log */
+    char addr[64];       /* the other side's address, once connected */
     uint64_t seq_out, seq_in;
     bool read_paused; /* output over the high water: not reading */
     bool closing;     /* close once the output is sent */
@@ -82,9 +93,20 @@ static void set_nodelay(evutil_socket_t fd)
 
 /* ========================================================== lifecycle */
 
-/* Derives the session key and keeps its HMAC context. */
+/*
+ * Derives the session key and keeps its HMAC context. Over TLS the
+ * handshake key is exported from the TLS session (finished on both sides
+ * by the time a HELLO or CHALLENGE has come through it), so the frames
+ * are bound to it and no cluster secret is needed.
+ */
 static int link_derive(repl_link *l)
 {
+    if (l->ssl) {
+        if (repl_tls_exporter(l->ssl, l->tls_key) != 0)
+            return -1;
+        l->auth.secret = l->tls_key;
+        l->auth.nsecret = sizeof(l->tls_key);
+    }
     if (repl_wire_derive(&l->auth) != REPL_WIRE_OK)
         return -1;
     repl_mac_destroy(l->mac);
@@ -95,7 +117,8 @@ static int link_derive(repl_link *l)
 static void link_free(repl_link *l)
 {
     repl_mac_destroy(l->mac);
-    bufferevent_free(l->bev);
+    bufferevent_free(l->bev); /* and the SSL object, if any */
+    OPENSSL_cleanse(l->tls_key, sizeof(l->tls_key));
     free(l);
 }
 
@@ -210,8 +233,11 @@ int repl_link_send_now(repl_link *l, uint8_t type, const uint8_t *payload,
     int rc = REPL_LINK_ERR_FRAME;
     if (n > 0) {
         l->seq_out++;
-        ssize_t w = send(bufferevent_getfd(l->bev), frame, (size_t)n,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        /* With TLS, one record straight through the session: safe with
+         * the bufferevent's output empty (no write of its own pending). */
+        ssize_t w = l->ssl ? SSL_write(l->ssl, frame, (int)n)
+                           : send(bufferevent_getfd(l->bev), frame, (size_t)n,
+                                  MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0)
             count(l->o.bytes_sent, (uint64_t)w);
         rc = w == n ? REPL_LINK_OK : REPL_LINK_ERR_FRAME;
@@ -281,6 +307,9 @@ static int handshake(repl_link *l, const repl_frame *f)
             l->closing_why = why;
             return 0;
         }
+        if (l->ssl &&
+            !repl_tls_id_ok(l->ssl, node, l->refusal, sizeof(l->refusal)))
+            return REPL_LINK_CLOSED_AUTH;
         if (l->ops->check_id && !l->ops->check_id(l->arg, node))
             return REPL_LINK_CLOSED_AUTH;
         if (l->outgoing) {
@@ -313,6 +342,27 @@ static int handshake(repl_link *l, const repl_frame *f)
         return REPL_LINK_CLOSED_AUTH;
     become_ready(l);
     return 0;
+}
+
+/* Notes the other side's address while the socket is connected. */
+static void note_addr(repl_link *l, evutil_socket_t fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char host[INET6_ADDRSTRLEN];
+    char *buf = l->addr;
+    size_t n = sizeof(l->addr);
+    if (fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &len) != 0)
+        return;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+        if (inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host)))
+            snprintf(buf, n, "%s:%u", host, (unsigned)ntohs(a->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+        if (inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host)))
+            snprintf(buf, n, "[%s]:%u", host, (unsigned)ntohs(a->sin6_port));
+    }
 }
 
 /* ============================================================ reading */
@@ -427,6 +477,7 @@ static void on_write(struct bufferevent *bev, void *arg)
 /* The dialling side opens the handshake. */
 static int send_first_hello(repl_link *l)
 {
+    l->hello_sent = true;
     l->auth.client_node = l->o.node_id;
     if (repl_wire_nonce(l->auth.client_nonce) != REPL_WIRE_OK)
         return REPL_LINK_ERR_FRAME;
@@ -438,12 +489,32 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     repl_link *l = arg;
     l->busy++;
     if (what & BEV_EVENT_CONNECTED) {
-        set_nodelay(bufferevent_getfd(bev));
-        count(l->o.connects, 1);
-        if (send_first_hello(l) != 0)
-            link_kill(l, REPL_LINK_CLOSED_LOCAL);
+        /* A dial connected (over TLS: its handshake finished); on an
+         * accepted TLS link, its handshake finished: nothing to do. */
+        if (l->outgoing && !l->hello_sent) {
+            set_nodelay(bufferevent_getfd(bev));
+            note_addr(l, bufferevent_getfd(bev));
+            count(l->o.connects, 1);
+            if (send_first_hello(l) != 0)
+                link_kill(l, REPL_LINK_CLOSED_LOCAL);
+        }
     } else if (what & (BEV_EVENT_ERROR | BEV_EVENT_EOF | BEV_EVENT_TIMEOUT)) {
-        link_kill(l, l->closing ? l->closing_why : REPL_LINK_CLOSED_NET);
+        int why = l->closing ? l->closing_why : REPL_LINK_CLOSED_NET;
+        unsigned long e = l->ssl ? bufferevent_get_openssl_error(bev) : 0;
+        if (l->ssl && l->state != L_READY && !l->closing &&
+            (SSL_get_verify_result(l->ssl) != X509_V_OK ||
+             (ERR_GET_LIB(e) == ERR_LIB_SSL &&
+              ERR_GET_REASON(e) != SSL_R_UNEXPECTED_EOF_WHILE_READING))) {
+            /* The TLS handshake failed: refused, by us or by the other
+             * side (an alert), with OpenSSL's reason. A connection that
+             * merely ended (a node stopping) is no refusal. */
+            repl_tls_failure(l->ssl, e, l->refusal, sizeof(l->refusal));
+            why = REPL_LINK_CLOSED_AUTH;
+        }
+        /* The rest of the bufferevent's OpenSSL errors are of no use. */
+        while (l->ssl && bufferevent_get_openssl_error(bev) != 0)
+            continue;
+        link_kill(l, why);
     }
     link_leave(l);
 }
@@ -457,7 +528,21 @@ static repl_link *link_new(struct event_base *base, evutil_socket_t fd,
     repl_link *l = calloc(1, sizeof(*l));
     if (!l)
         return NULL;
-    l->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (o->tls) {
+        l->ssl = repl_tls_new_ssl(o->tls);
+        if (l->ssl)
+            l->bev = bufferevent_openssl_socket_new(
+                base, fd, l->ssl,
+                outgoing ? BUFFEREVENT_SSL_CONNECTING
+                         : BUFFEREVENT_SSL_ACCEPTING,
+                BEV_OPT_CLOSE_ON_FREE);
+        if (l->bev) /* a peer that closes without close_notify: EOF */
+            bufferevent_openssl_set_allow_dirty_shutdown(l->bev, 1);
+        else
+            SSL_free(l->ssl);
+    } else {
+        l->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    }
     if (!l->bev) {
         free(l);
         return NULL;
@@ -488,6 +573,8 @@ static repl_link *link_adopt(struct event_base *base, evutil_socket_t fd,
     repl_link *l = link_new(base, fd, outgoing, o, ops, arg);
     if (!l)
         evutil_closesocket(fd);
+    else
+        note_addr(l, fd);
     return l;
 }
 
@@ -537,6 +624,21 @@ bool repl_link_proof_sent(const repl_link *l)
 bool repl_link_ready(const repl_link *l)
 {
     return l->state == L_READY;
+}
+
+const char *repl_link_refusal(const repl_link *l)
+{
+    return l->refusal[0] ? l->refusal : NULL;
+}
+
+void repl_link_peer_addr(const repl_link *l, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s", l->addr[0] ? l->addr : "unknown");
+}
+
+bool repl_link_tls(const repl_link *l)
+{
+    return l->ssl != NULL;
 }
 
 uint32_t repl_link_peer_id(const repl_link *l)

@@ -87,9 +87,19 @@ typedef struct repl_link_ops {
     bool (*check_id)(void *arg, uint32_t node);
 } repl_link_ops;
 
+struct repl_tls;
+
 typedef struct repl_link_options {
     const char *secret; /* cluster secret, borrowed for the link's life */
-    uint32_t node_id;   /* ours, sent in HELLO / CHALLENGE */
+    /*
+     * TLS 1.3 with mutual certificates (repl_tls.h), borrowed for the
+     * link's life; NULL = plain TCP. With TLS, the handshake below runs
+     * inside the TLS session with a key exported from it instead of the
+     * secret, and the other side's announced node id must match its
+     * certificate.
+     */
+    struct repl_tls *tls;
+    uint32_t node_id; /* ours, sent in HELLO / CHALLENGE */
     /*
      * The other side has our id (our own address dialled): neither side
      * counts it as a failure. The dialling side closes at once with
@@ -161,6 +171,21 @@ bool repl_link_ready(const repl_link *l);
 /* True on a dialled link that sent its proof and awaits the answer: the
  * other side closing it now has refused the proof (a different secret). */
 bool repl_link_proof_sent(const repl_link *l);
+
+/*
+ * Why the handshake was refused, in words (a certificate refused, by
+ * either side, with OpenSSL's reason; a node id its certificate does not
+ * name), or NULL when the refusal has no more specific reason than its
+ * REPL_LINK_CLOSED_AUTH.
+ */
+const char *repl_link_refusal(const repl_link *l);
+
+/* Writes the other side's address ("ip:port", "[v6]:port") into buf, or
+ * "unknown". */
+void repl_link_peer_addr(const repl_link *l, char *buf, size_t n);
+
+/* True on a TLS link. */
+bool repl_link_tls(const repl_link *l);
 
 /* The node id the other side presented (proved once ready), 0 before. */
 uint32_t repl_link_peer_id(const repl_link *l);

@@ -10,6 +10,7 @@
 #include "repl_int.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ============================================================== peers */
@@ -44,13 +45,13 @@ void repl_peer_lost(struct peer *p, const char *why)
         repl_round_fail(p, "connection closed");
     if (p->self) {
         /* our own address: not a peer, nothing to report */
-    } else if (p->down_since_ns == 0 || why != p->down_why) {
+    } else if (p->down_since_ns == 0 || strcmp(why, p->down_why) != 0) {
         if (p->down_since_ns == 0)
             p->down_attempts = 0;
         LOG(LOG_LEVEL_WARN, "repl", "peer %s (node %u) %s: %s", p->name,
             (unsigned)p->node_id,
             p->down_since_ns == 0 ? "down" : "still down", why);
-        p->down_why = why;
+        snprintf(p->down_why, sizeof(p->down_why), "%s", why);
         p->down_log.next_ns = 0;
         log_limit_pass(&p->down_log, 30000, NULL);
     } else if (log_limit_pass(&p->down_log, 30000, NULL)) {

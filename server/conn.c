@@ -26,8 +26,9 @@
 #include "proto_ctx.h"
 #include "proto_text.h"
 #include "proxy.h"
-#include "watch.h"
 #include "stats.h"
+#include "tls.h"
+#include "watch.h"
 
 /* Bytes asked of the kernel per read: with the buffer chain header this
  * makes a 16 KB allocation. */
@@ -36,6 +37,9 @@
 #define CONN_STREAM_POLL_MS 10
 /* Seconds a closing connection may wait for its peer to take the replies. */
 #define CONN_CLOSE_GRACE 5
+/* Seconds a TLS client has to complete its handshake: a stalled or
+ * trickling handshake must not hold a connection slot for long. */
+#define CONN_HANDSHAKE_SECS 5
 
 enum conn_state {
     CONN_WAITING = 0, /* reading requests */
@@ -69,11 +73,14 @@ struct conn {
     bool idle_stream;   /* the parser streams (watch) with nothing to send
                            now: rev polls it every CONN_STREAM_POLL_MS */
     bool closed_error;  /* the parser closed for a protocol error */
+    bool tls_wants_write; /* a TLS read must wait for writability */
     uint32_t last_active;
+    uint32_t opened;
     uint32_t closing_since;
     conn_env *env;
     struct evbuffer *in;
     struct evbuffer *out;
+    tls_conn *tls; /* NULL: plain socket */
     struct event rev;
     struct event wev;
     struct event pev; /* relayed replies arrived (activated by proxy) */
@@ -111,6 +118,7 @@ int conn_env_init(conn_env *env)
     env->conn_yields = 0;
     env->idle_kicks = 0;
     env->relays = NULL;
+    env->tls_wbuf = NULL;
     return CONN_OK;
 }
 
@@ -155,6 +163,10 @@ static void conn_close(conn *c)
     if (watch_wanted(WATCH_CONNEVENTS)) {
         watch_conn(false, (const struct sockaddr *)&c->peer, c->peerlen,
                    c->closed_error ? "error" : "normal", c->fd);
+    }
+    if (c->tls != NULL) {
+        tls_conn_free(c->tls);
+        c->tls = NULL;
     }
     close(c->fd);
     c->fd = -1;
@@ -203,9 +215,31 @@ static conn *conn_alloc(conn_env *env)
 }
 
 int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
-              socklen_t salen)
+              socklen_t salen, bool tls)
 {
     conn *c = conn_alloc(env);
+    if (c != NULL && tls) {
+        if (env->tls == NULL) {
+            /* A TLS listener without a context: never serve it plain. */
+            c->tls = NULL;
+        } else {
+            c->tls = tls_conn_new(env->tls, fd);
+        }
+        if (env->tls_wbuf == NULL && env->tls_wbuf_size > 0) {
+            env->tls_wbuf = malloc(env->tls_wbuf_size);
+        }
+        if (c->tls == NULL || env->tls_wbuf == NULL) {
+            if (c->tls != NULL) {
+                tls_conn_free(c->tls);
+                c->tls = NULL;
+            }
+            c->next = env->free_list;
+            env->free_list = c;
+            c = NULL;
+        }
+    } else if (c != NULL) {
+        c->tls = NULL;
+    }
     if (c == NULL) {
         close(fd);
         STATS_CONN_SUB(curr_connections, 1);
@@ -226,7 +260,9 @@ int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
     c->has_pev = false;
     c->idle_stream = false;
     c->closed_error = false;
+    c->tls_wants_write = false;
     touch(c);
+    c->opened = c->last_active;
     c->closing_since = 0;
     c->peerlen = 0;
     if (sa != NULL && salen <= sizeof(c->peer)) {
@@ -261,6 +297,10 @@ int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
         event_assign(&c->wev, env->base, fd, EV_WRITE | EV_PERSIST, write_cb,
                      c) != 0 ||
         event_add(&c->rev, NULL) != 0) {
+        if (c->tls != NULL) {
+            tls_conn_free(c->tls);
+            c->tls = NULL;
+        }
         close(fd);
         c->next = env->free_list;
         env->free_list = c;
@@ -289,6 +329,41 @@ int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
 }
 
 /*
+ * read_chunk over TLS: one SSL_read into contiguous free space of c->in.
+ * WANT_READ reads as EAGAIN; WANT_WRITE too, with tls_wants_write set so
+ * that writability runs the read again; a failed handshake or a broken
+ * session as ECONNRESET.
+ */
+static ssize_t read_tls(conn *c, size_t want)
+{
+    struct evbuffer_iovec v;
+    if (evbuffer_reserve_space(c->in, (ev_ssize_t)want, &v, 1) != 1) {
+        errno = ENOMEM;
+        return -1;
+    }
+    ssize_t r = tls_conn_read(c->tls, v.iov_base, v.iov_len);
+    if (r > 0) {
+        v.iov_len = (size_t)r;
+        evbuffer_commit_space(c->in, &v, 1);
+        return r;
+    }
+    evbuffer_commit_space(c->in, NULL, 0);
+    switch (r) {
+    case TLS_IO_CLOSED:
+        return 0;
+    case TLS_IO_WANT_WRITE:
+        c->tls_wants_write = true;
+        /* fall through */
+    case TLS_IO_WANT_READ:
+        errno = EAGAIN;
+        return -1;
+    default:
+        errno = ECONNRESET;
+        return -1;
+    }
+}
+
+/*
  * Reads at most `want` bytes into the free space of c->in with one readv.
  * Returns the byte count, 0 on end of input, -1 with errno on error.
  */
@@ -296,6 +371,9 @@ static ssize_t read_chunk(conn *c, size_t want)
 {
     struct evbuffer_iovec v[2];
     struct iovec iov[2];
+    if (c->tls != NULL) {
+        return read_tls(c, want);
+    }
     int n = evbuffer_reserve_space(c->in, (ev_ssize_t)want, v, 2);
     if (n <= 0) {
         errno = ENOMEM;
@@ -382,6 +460,36 @@ static void start_closing(conn *c)
 }
 
 /*
+ * One TLS record's worth of c->out: the head of the buffer is copied into
+ * the worker's staging buffer (replies are many small pieces; one
+ * SSL_write each would make one record each) and what OpenSSL took is
+ * drained. A retry after WANT_WRITE copies the same head again, as
+ * OpenSSL requires. Returns like evbuffer_write.
+ */
+static int write_tls(conn *c)
+{
+    conn_env *env = c->env;
+    ev_ssize_t len =
+        evbuffer_copyout(c->out, env->tls_wbuf, env->tls_wbuf_size);
+    if (len <= 0) {
+        return 0;
+    }
+    ssize_t w = tls_conn_write(c->tls, env->tls_wbuf, (size_t)len);
+    if (w > 0) {
+        evbuffer_drain(c->out, (size_t)w);
+        return (int)w;
+    }
+    if (w == TLS_IO_WANT_WRITE || w == TLS_IO_WANT_READ) {
+        /* WANT_READ (a key update in flight) is met by the read event,
+         * which stays armed while replies are pending below the cap. */
+        errno = EAGAIN;
+        return -1;
+    }
+    errno = EPIPE;
+    return -1;
+}
+
+/*
  * Writes as much of c->out as the socket takes, then arranges what comes
  * next: wait for writability, pause or resume reading, or close. Returns
  * false when the connection was closed.
@@ -390,7 +498,7 @@ static bool flush_out(conn *c)
 {
     size_t total = 0;
     while (evbuffer_get_length(c->out) > 0) {
-        int n = evbuffer_write(c->out, c->fd);
+        int n = c->tls != NULL ? write_tls(c) : evbuffer_write(c->out, c->fd);
         if (n > 0) {
             total += (size_t)n;
             continue;
@@ -415,7 +523,16 @@ static bool flush_out(conn *c)
 
     size_t pending = evbuffer_get_length(c->out);
     bool closing = c->closing_since != 0;
-    if (pending == 0) {
+    if (pending == 0 && c->tls_wants_write) {
+        /* A TLS read waits for writability: keep wev for it. */
+        if (!c->writing) {
+            if (event_add(&c->wev, NULL) != 0) {
+                conn_close(c);
+                return false;
+            }
+            c->writing = true;
+        }
+    } else if (pending == 0) {
         if (c->writing) {
             event_del(&c->wev);
             c->writing = false;
@@ -450,7 +567,8 @@ static bool flush_out(conn *c)
         /* A parser may have left complete requests (or a dump) behind
          * while the output was full: let the read callback run it again
          * (after_parse sets paused anew). */
-        if (evbuffer_get_length(c->in) > 0 || c->paused) {
+        if (evbuffer_get_length(c->in) > 0 || c->paused ||
+            (c->tls != NULL && tls_conn_pending(c->tls))) {
             event_active(&c->rev, EV_READ, 0);
         }
     } else if (c->paused && pending <= c->env->output_max / 2) {
@@ -482,7 +600,10 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
         if (r > 0) {
             got += (size_t)r;
             reads++;
-            if ((size_t)r < CONN_READ_CHUNK) {
+            /* A short read drained the socket; over TLS, OpenSSL may
+             * still hold the tail of a record the socket won't signal. */
+            if ((size_t)r < CONN_READ_CHUNK &&
+                (c->tls == NULL || !tls_conn_pending(c->tls))) {
                 break;
             }
             continue;
@@ -510,7 +631,15 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     }
 
     after_parse(c, run_parser(c), eof);
-    flush_out(c);
+    if (!flush_out(c)) {
+        return;
+    }
+    /* Decrypted input left inside OpenSSL wakes nobody: come back for
+     * it. */
+    if (c->tls != NULL && c->reading && !c->paused &&
+        tls_conn_pending(c->tls)) {
+        event_active(&c->rev, EV_READ, 0);
+    }
 }
 
 /* The connection's part after a parser run that returned rc. */
@@ -564,9 +693,17 @@ static void relay_cb(evutil_socket_t fd, short what, void *arg)
 
 static void write_cb(evutil_socket_t fd, short what, void *arg)
 {
-    (void)fd;
+    conn *c = arg;
+    if (c->tls_wants_write) {
+        /* The handshake (or a TLS read) was waiting for this. */
+        c->tls_wants_write = false;
+        if (c->reading) {
+            read_cb(fd, EV_READ, c);
+            return;
+        }
+    }
     (void)what;
-    flush_out(arg);
+    flush_out(c);
 }
 
 void conn_env_tick(conn_env *env, uint32_t now)
@@ -578,6 +715,12 @@ void conn_env_tick(conn_env *env, uint32_t now)
             if (now - c->closing_since > CONN_CLOSE_GRACE) {
                 conn_close(c);
             }
+        } else if (c->tls != NULL && !tls_conn_established(c->tls) &&
+                   now - c->opened > CONN_HANDSHAKE_SECS) {
+            if (env->verbose > 1) {
+                fprintf(stderr, "<%d TLS handshake timeout\n", c->fd);
+            }
+            conn_close(c);
         } else if (env->idle_timeout != 0 &&
                    now - c->last_active > env->idle_timeout) {
             __atomic_fetch_add(&env->idle_kicks, 1, __ATOMIC_RELAXED);
@@ -597,7 +740,11 @@ void conn_env_destroy(conn_env *env)
         /* One last try to hand over pending replies (e.g. to the client
          * that asked for shutdown); the socket is non-blocking. */
         if (evbuffer_get_length(c->out) > 0) {
-            evbuffer_write(c->out, c->fd);
+            if (c->tls != NULL) {
+                write_tls(c);
+            } else {
+                evbuffer_write(c->out, c->fd);
+            }
         }
         conn_close(c);
     }
@@ -606,6 +753,8 @@ void conn_env_destroy(conn_env *env)
         env->free_list = c->next;
         conn_free(c);
     }
+    free(env->tls_wbuf);
+    env->tls_wbuf = NULL;
     /* Last: the connections above have let go of their relays. */
     proxy_pool_destroy(env->relays);
     env->relays = NULL;

@@ -54,7 +54,11 @@ typedef struct conn_env {
     int verbose;
     unsigned reqs_per_event;
     size_t output_max;
-    size_t input_max;      /* unparsed input bytes that close the conn */
+    size_t input_max; /* unparsed input bytes that close the conn */
+    /* TLS listeners' context (NULL: no TLS), and the size of the staging
+     * buffer replies are gathered in before encryption (ssl_wbuf_size). */
+    struct tls_server *tls;
+    size_t tls_wbuf_size;
     int proto_mode;        /* enum options_proto */
     uint32_t idle_timeout; /* seconds; 0 = never */
     /* Asks the daemon to shut down (PROTO_SHUTDOWN); any thread. */
@@ -69,6 +73,7 @@ typedef struct conn_env {
     uint64_t conn_yields; /* relaxed atomics: summed by stats */
     uint64_t idle_kicks;
     struct proxy_pool *relays; /* upstreams of relayed requests, or NULL */
+    char *tls_wbuf;            /* tls_wbuf_size bytes, once a TLS conn came */
 } conn_env;
 
 /* Initializes the private part of env. Returns 0. */
@@ -83,11 +88,14 @@ void conn_env_fini(conn_env *env);
 
 /*
  * Takes over the accepted, non-blocking socket fd (peer address sa of
- * salen bytes) and starts serving it on env's loop. On failure the socket
- * is closed and the connection count given back. Returns 0 or CONN_ERR_*.
+ * salen bytes) and starts serving it on env's loop; tls: it came from a
+ * TLS listener (the handshake runs inside the first reads, and a client
+ * that has not finished it within a few seconds is closed). On failure the
+ * socket is closed and the connection count given back. Returns 0 or
+ * CONN_ERR_*.
  */
 int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
-              socklen_t salen);
+              socklen_t salen, bool tls);
 
 /*
  * Once a second: closes connections idle longer than idle_timeout and

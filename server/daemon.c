@@ -43,6 +43,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "stats_registry.h"
+#include "tls.h"
 #include "watch.h"
 #include "worker.h"
 
@@ -58,6 +59,7 @@ typedef struct daemon_state {
     proto_config pcfg;
     authfile *sasl_auth; /* -S */
     authfile *auth;      /* -Y */
+    tls_server *tls;     /* -Z */
     store *store;
     struct event_base *base;
     struct evconnlistener *listeners[MAX_LISTENERS];
@@ -120,22 +122,104 @@ static void reload_users(authfile *af, const char *what, const char *path)
         LOG(LOG_LEVEL_INFO, "main", "SIGHUP: %s %s reloaded", what, path);
 }
 
+/* ---------------------------------------------------------- TLS */
+
+static tls_settings tls_settings_of(const options *o)
+{
+    tls_settings ts = {
+        .chain_cert = o->ssl_chain_cert,
+        .key = o->ssl_key,
+        .keyformat = (int)o->ssl_keyformat,
+        .ca_cert = o->ssl_ca_cert,
+        .verify_mode = (int)o->ssl_verify_mode,
+        .ciphers = o->ssl_ciphers,
+        .min_version = (int)o->ssl_min_version,
+        .session_cache = o->ssl_session_cache,
+        .kernel_tls = o->ssl_kernel_tls,
+    };
+    return ts;
+}
+
+/*
+ * SIGHUP and `refresh_certs`: a new TLS context from the files; a file
+ * that does not load keeps the old context. Returns 0, or -1 with the
+ * reason in err.
+ */
+static int reload_certs(char *err, size_t errlen)
+{
+    int hooked = 1;
+    char herr[512] = "";
+    if (d.hooks.reload_certs != NULL)
+        hooked = d.hooks.reload_certs(d.hooks.arg, herr, sizeof(herr));
+    if (hooked < 0)
+        LOG(LOG_LEVEL_ERROR, "tls",
+            "peer certificates not reloaded (%s); the old ones stay", herr);
+    else if (hooked == 0)
+        LOG(LOG_LEVEL_INFO, "tls", "peer certificates reloaded");
+    if (d.tls == NULL) {
+        if (hooked == 1)
+            snprintf(err, errlen, "TLS not enabled");
+        else
+            snprintf(err, errlen, "%s", herr);
+        return hooked == 0 ? 0 : -1;
+    }
+    if (tls_server_reload(d.tls, err, errlen) != TLS_OK) {
+        LOG(LOG_LEVEL_ERROR, "tls",
+            "certificates not reloaded (%s); the old ones stay", err);
+        return -1;
+    }
+    LOG(LOG_LEVEL_INFO, "tls", "certificates reloaded from %s",
+        d.opts.ssl_chain_cert);
+    if (hooked < 0) {
+        snprintf(err, errlen, "%s", herr);
+        return -1;
+    }
+    return 0;
+}
+
+/* TLS lines of the general `stats` listing, as memcached names them. */
+static void tls_stats(void *arg, stats_emit_fn emit, void *emit_arg)
+{
+    char val[32];
+    tls_server_stats st;
+    (void)arg;
+    tls_server_get_stats(d.tls, &st);
+    if (tls_server_session_cache(d.tls)) {
+        snprintf(val, sizeof(val), "%llu",
+                 (unsigned long long)st.new_sessions);
+        emit(emit_arg, "ssl_new_sessions", val);
+    }
+    snprintf(val, sizeof(val), "%llu",
+             (unsigned long long)st.handshake_errors);
+    emit(emit_arg, "ssl_handshake_errors", val);
+    long long since = (long long)time(NULL) - st.last_refresh;
+    snprintf(val, sizeof(val), "%lld", since < 0 ? 0 : since);
+    emit(emit_arg, "time_since_server_cert_refresh", val);
+}
+
 /* ---------------------------------------------------------- accepting */
 
+/* arg is non-NULL on a TLS listener. */
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd,
                       struct sockaddr *sa, int salen, void *arg)
 {
     static const char too_many[] = "ERROR Too many open connections\r\n";
+    /* A TLS client gets the refusal in its own form: a fatal
+     * internal_error alert record (type 21, version 3.1, length 2). */
+    static const unsigned char tls_too_many[] = {21, 3, 1, 0, 2, 2, 80};
     (void)l;
-    (void)arg;
 
     uint64_t before = STATS_CONN_ADD(curr_connections, 1);
     if (before >= d.opts.maxconns) {
         STATS_CONN_SUB(curr_connections, 1);
         STATS_CONN_ADD(rejected_connections, 1);
-        /* As memcached: tell the client why, then hang up. */
-        ssize_t n = send(fd, too_many, sizeof(too_many) - 1,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        /* As memcached: tell the client why, then hang up. A TLS client
+         * that is told nothing fails on its next write; told with an
+         * alert, it gives up without writing. */
+        ssize_t n = arg == NULL ? send(fd, too_many, sizeof(too_many) - 1,
+                                       MSG_NOSIGNAL | MSG_DONTWAIT)
+                                : send(fd, tls_too_many, sizeof(tls_too_many),
+                                       MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)n;
         LOG(LOG_LEVEL_WARN, "main",
             "too many open connections (maxconns %llu): refused one",
@@ -148,7 +232,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd,
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
-    worker_dispatch(fd, sa, (socklen_t)salen);
+    worker_dispatch(fd, sa, (socklen_t)salen, arg != NULL);
 }
 
 /* When the listeners were paused (monotonic µs); 0 while they accept. */
@@ -202,22 +286,68 @@ static void add_listener(struct evconnlistener *l)
     stats_registry_add_listener(evconnlistener_get_fd(l));
 }
 
-/* Binds every address of the comma-separated -l list on the TCP port. */
+/*
+ * Splits one -l entry as memcached reads it: [notls:]host[:port], where an
+ * IPv6 host with a port is bracketed ([::1]:11211) and a bare IPv6 address
+ * (more than one ':') is a host alone. Sets *tls (the listener speaks TLS)
+ * and *port (NULL = -p's). Returns the host, or NULL when malformed.
+ */
+static char *split_listen(char *entry, bool *tls, char **port)
+{
+    static const char notls[] = "notls:";
+    *tls = d.opts.ssl_enabled;
+    *port = NULL;
+    if (strncmp(entry, notls, sizeof(notls) - 1) == 0) {
+        if (!d.opts.ssl_enabled) {
+            die(EXIT_STARTUP, "-l %s: notls: is valid only with -Z", entry);
+        }
+        *tls = false;
+        entry += sizeof(notls) - 1;
+    }
+    if (entry[0] == '[') {
+        char *close = strchr(entry, ']');
+        if (close == NULL || (close[1] != '\0' && close[1] != ':')) {
+            return NULL;
+        }
+        if (close[1] == ':') {
+            *port = close + 2;
+        }
+        *close = '\0';
+        return entry + 1;
+    }
+    char *colon = strchr(entry, ':');
+    if (colon != NULL && strchr(colon + 1, ':') == NULL) {
+        *colon = '\0';
+        *port = colon + 1;
+    }
+    return entry;
+}
+
+/* Binds every address of the comma-separated -l list. */
 static void listen_tcp(void)
 {
     char *list = strdup(d.opts.inter);
-    char port[16];
+    char dport[16];
     char *save = NULL;
     if (list == NULL) {
         die(EXIT_STARTUP, "out of memory");
     }
-    snprintf(port, sizeof(port), "%u", (unsigned)d.opts.tcpport);
-    for (char *host = strtok_r(list, ",", &save); host != NULL;
-         host = strtok_r(NULL, ",", &save)) {
-        size_t hl = strlen(host);
-        if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
-            host[hl - 1] = '\0';
-            host++;
+    snprintf(dport, sizeof(dport), "%u", (unsigned)d.opts.tcpport);
+    for (char *entry = strtok_r(list, ",;", &save); entry != NULL;
+         entry = strtok_r(NULL, ",;", &save)) {
+        bool tls;
+        char *port;
+        char *host = split_listen(entry, &tls, &port);
+        if (host == NULL ||
+            (port != NULL && (port[0] == '\0' ||
+                              strspn(port, "0123456789") != strlen(port)))) {
+            die(EXIT_STARTUP,
+                "bad listen address '%s' (want "
+                "[notls:]host[:port])",
+                entry);
+        }
+        if (port == NULL) {
+            port = dport;
         }
         struct addrinfo hints = {0};
         struct addrinfo *res = NULL;
@@ -234,7 +364,7 @@ static void listen_tcp(void)
                 die(EXIT_STARTUP, "too many listen addresses");
             }
             struct evconnlistener *l = evconnlistener_new_bind(
-                d.base, accept_cb, NULL,
+                d.base, accept_cb, tls ? (void *)d.tls : NULL,
                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
                     LEV_OPT_CLOSE_ON_EXEC,
                 (int)d.opts.tcp_backlog, ai->ai_addr, (int)ai->ai_addrlen);
@@ -354,6 +484,10 @@ static void hup_cb(evutil_socket_t sig, short what, void *arg)
     (void)arg;
     reload_users(d.auth, "auth_file", d.opts.auth_file);
     reload_users(d.sasl_auth, "sasl_file", d.opts.sasl_file);
+    if (d.tls != NULL || d.hooks.reload_certs != NULL) {
+        char err[512];
+        reload_certs(err, sizeof(err));
+    }
     if (!d.opts.log_file) {
         LOG(LOG_LEVEL_INFO, "main",
             "SIGHUP: nothing to reopen, still serving");
@@ -641,8 +775,19 @@ static void start(void)
     d.pcfg.max_line = (size_t)d.opts.max_line;
     d.pcfg.output_max = (size_t)d.opts.output_buffer_max;
     d.pcfg.version = RIBLTCACHE_WIRE_VERSION;
+    d.pcfg.refresh_certs = reload_certs;
+    if (d.opts.ssl_enabled) {
+        tls_settings tset = tls_settings_of(&d.opts);
+        char terr[512];
+        if (tls_server_create(&tset, &d.tls, terr, sizeof(terr)) != TLS_OK) {
+            die(EXIT_STARTUP, "TLS: %s", terr);
+        }
+    }
 
     stats_registry_setup(&d.opts, d.store);
+    if (d.tls != NULL) {
+        stats_register_general(tls_stats, NULL);
+    }
     if (h->setup != NULL &&
         h->setup(h->arg, &d.opts, d.store, &d.pcfg, herr, sizeof(herr)) != 0) {
         die(EXIT_STARTUP, "%s", herr);
@@ -666,6 +811,8 @@ static void start(void)
         .output_max = (size_t)d.opts.output_buffer_max,
         .input_max =
             2 * (size_t)d.opts.item_size_max + (size_t)d.opts.max_line + 4096,
+        .tls = d.tls,
+        .tls_wbuf_size = (size_t)d.opts.ssl_wbuf_size,
         .proto_mode = (int)d.opts.binding_protocol,
         .idle_timeout = (uint32_t)d.opts.idle_timeout,
         .request_shutdown = request_shutdown,
@@ -773,6 +920,8 @@ static void stop(void)
     }
     authfile_close(d.sasl_auth);
     authfile_close(d.auth);
+    tls_server_destroy(d.tls);
+    d.tls = NULL;
     d.sasl_auth = NULL;
     d.auth = NULL;
     options_free(&d.opts);

@@ -40,6 +40,11 @@ typedef struct daemon_hooks {
     /* Once the listeners are bound, before the daemon serves: starts the
      * hooks' threads. */
     int (*run)(void *arg, char *err, size_t nerr);
+    /* SIGHUP and `refresh_certs`: loads the hooks' certificates again
+     * (the peer channel's). Returns 0 when reloaded, 1 when the hooks
+     * have none, -1 with a message in err when a file does not load (the
+     * old ones stay). Main thread. */
+    int (*reload_certs)(void *arg, char *err, size_t nerr);
     /* At shutdown, after the worker threads are gone (no client request
      * runs any more) and before the store is destroyed. */
     void (*stop)(void *arg);

@@ -36,6 +36,9 @@ static const options_desc descs[OPTIONS_COUNT] = {
 };
 
 static const char *const proto_names[] = {"auto-negotiate", "ascii", "binary"};
+/* ssl_min_version: memcached's numbers 0..3 stand for these. */
+static const char *const tlsver_names[] = {"tlsv1", "tlsv1.1", "tlsv1.2",
+                                           "tlsv1.3"};
 
 /* Formats a message into err (always NUL-terminated when errlen > 0). */
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -152,9 +155,11 @@ static int set_value(options *o, const options_desc *d, const char *value,
     case OPTIONS_UINT:
     case OPTIONS_SIZE:
     case OPTIONS_MEGS:
+    case OPTIONS_KILOS:
     case OPTIONS_OCTAL:
         if (parse_number(value, d->type == OPTIONS_OCTAL ? 8 : 10,
-                         d->type == OPTIONS_SIZE || d->type == OPTIONS_MEGS,
+                         d->type == OPTIONS_SIZE || d->type == OPTIONS_MEGS ||
+                             d->type == OPTIONS_KILOS,
                          &v, &suffix) != 0) {
             return fail(err, errlen, "%s: '%s' is not a valid %s", d->name,
                         value ? value : "",
@@ -168,6 +173,13 @@ static int set_value(options *o, const options_desc *d, const char *value,
                             value);
             }
             v *= OPTIONS_MB;
+        }
+        if (d->type == OPTIONS_KILOS && from_flag && !suffix) {
+            if (v > UINT64_MAX / OPTIONS_KB) {
+                return fail(err, errlen, "%s: '%s' is out of range", d->name,
+                            value);
+            }
+            v *= OPTIONS_KB;
         }
         if (v < d->min || v > d->max) {
             if (d->type == OPTIONS_OCTAL) {
@@ -209,6 +221,18 @@ static int set_value(options *o, const options_desc *d, const char *value,
         *field_bool(o, d) = b;
         return 0;
     }
+    case OPTIONS_TLSVER:
+        for (size_t i = 0; i < 4; i++) {
+            char num[2] = {(char)('0' + i), '\0'};
+            if (value != NULL && (strcmp(value, tlsver_names[i]) == 0 ||
+                                  strcmp(value, num) == 0)) {
+                *field_u64(o, d) = i;
+                return 0;
+            }
+        }
+        return fail(err, errlen,
+                    "%s: '%s' is not 0..3 or tlsv1, tlsv1.1, tlsv1.2, tlsv1.3",
+                    d->name, value ? value : "");
     case OPTIONS_PROTO:
         if (value != NULL && strcmp(value, "auto") == 0) {
             *field_u64(o, d) = OPTIONS_PROTO_AUTO;
@@ -471,7 +495,6 @@ static const char *const memcached_extended[] = {"maxconns_fast",
                                                  "no_hashexpand",
                                                  "relaxed_privileges",
                                                  "ext_",
-                                                 "ssl_",
                                                  "proxy_",
                                                  NULL};
 
@@ -516,6 +539,28 @@ static size_t setting_index(const char *name)
     return OPTIONS_COUNT;
 }
 
+/* options_set for -o: memcached's -o takes ssl_wbuf_size in kilobytes, so
+ * a KILOS setting reads a bare number as the flag does. */
+static int set_from_o(options *o, const char *name, const char *value,
+                      char *err, size_t errlen)
+{
+    bool by_flag = false;
+    const options_desc *d = find_by_name(name, strlen(name), &by_flag);
+    if (d == NULL || d->type == OPTIONS_CLI) {
+        return options_set(o, name, value, err, errlen);
+    }
+    return set_value(o, d, value, by_flag || d->type == OPTIONS_KILOS, err,
+                     errlen);
+}
+
+/* A yes/no setting named alone in -o means yes (memcached's
+ * -o ssl_session_cache). */
+static bool bare_flag(const char *name)
+{
+    size_t i = setting_index(name);
+    return i != OPTIONS_COUNT && descs[i].type == OPTIONS_BOOL_ON;
+}
+
 /* Applies one -o argument: name=value pairs separated by commas (a comma
  * not followed by name= belongs to the value, as in -o inter=a,b), and
  * memcached's own -o settings, bare names included (-o no_modern). */
@@ -536,11 +581,14 @@ static int apply_extended(options *o, const char *arg, char *err,
             if (comma != NULL) {
                 *comma = '\0';
             }
-            if (!memcached_extended_name(p)) {
+            if (bare_flag(p)) {
+                rc = options_set(o, p, "yes", err, errlen);
+            } else if (!memcached_extended_name(p)) {
                 rc = fail(err, errlen, "-o %s: expected name=value", p);
                 break;
+            } else {
+                rc = note_ignored(o, p, NULL, err, errlen);
             }
-            rc = note_ignored(o, p, NULL, err, errlen);
             if (comma == NULL) {
                 break;
             }
@@ -563,7 +611,7 @@ static int apply_extended(options *o, const char *arg, char *err,
             /* ",no_modern": a bare memcached setting starts there too. */
             char save = *q;
             *q = '\0';
-            bool bare = memcached_extended_name(c + 1);
+            bool bare = memcached_extended_name(c + 1) || bare_flag(c + 1);
             *q = save;
             if (bare) {
                 next = c;
@@ -576,7 +624,7 @@ static int apply_extended(options *o, const char *arg, char *err,
         if (setting_index(p) == OPTIONS_COUNT && memcached_extended_name(p)) {
             rc = note_ignored(o, p, v, err, errlen);
         } else {
-            rc = options_set(o, p, v, err, errlen);
+            rc = set_from_o(o, p, v, err, errlen);
         }
         if (next == NULL) {
             break;
@@ -751,10 +799,21 @@ int options_validate(const options *o, char *err, size_t errlen)
 {
     /* Asked-for protection that is not there yet: refuse, never run
      * without it. */
-    if (o->enable_ssl) {
+    if (o->ssl_enabled && (o->ssl_chain_cert == NULL || o->ssl_key == NULL)) {
         return fail(err, errlen,
-                    "-Z/enable_ssl (TLS) is not supported yet; refusing to "
-                    "start without it");
+                    "-Z/ssl_enabled needs ssl_chain_cert and ssl_key (-o "
+                    "ssl_chain_cert=FILE,ssl_key=FILE)");
+    }
+    if (o->ssl_enabled && o->ssl_verify_mode > 0 && o->ssl_ca_cert == NULL) {
+        return fail(err, errlen,
+                    "ssl_verify_mode %" PRIu64
+                    " checks client certificates: it needs ssl_ca_cert",
+                    o->ssl_verify_mode);
+    }
+    if (o->ssl_enabled && o->domain_socket != NULL) {
+        return fail(err, errlen,
+                    "-Z/ssl_enabled is for TCP listeners; a unix socket (-s) "
+                    "is served without TLS: drop one of them");
     }
     if (o->auth_enabled_sasl && o->sasl_file == NULL) {
         return fail(err, errlen,
@@ -800,6 +859,10 @@ static const char *arg_hint(const options_desc *d)
         return "<size>";
     case OPTIONS_MEGS:
         return "<MB>";
+    case OPTIONS_KILOS:
+        return "<KB>";
+    case OPTIONS_TLSVER:
+        return "<version>";
     case OPTIONS_OCTAL:
         return "<mask>";
     case OPTIONS_PROTO:
@@ -972,8 +1035,14 @@ void options_emit(const options *o, options_emit_fn emit, void *arg)
         case OPTIONS_BOOL_OFF:
             out = *(const bool *)p ? "yes" : "no";
             break;
+        case OPTIONS_KILOS:
+            snprintf(val, sizeof(val), "%" PRIu64, *(const uint64_t *)p);
+            break;
         case OPTIONS_PROTO:
             out = proto_names[*(const uint64_t *)p % 3];
+            break;
+        case OPTIONS_TLSVER:
+            out = tlsver_names[*(const uint64_t *)p % 4];
             break;
         case OPTIONS_STR:
             out = *(char *const *)p ? *(char *const *)p : "NULL";

@@ -49,6 +49,12 @@ enum options_rc {
  *   MEGS     like SIZE, but a bare number given to the short/long flag means
  *            megabytes (memcached's -m); under the setting's own name it
  *            means bytes, exactly what `stats settings` prints
+ *   KILOS    like MEGS in kilobytes: a bare number given to the flag or to
+ *            -o means kilobytes (memcached's -o ssl_wbuf_size=16); under
+ *            the setting's name in the config file it means bytes, what
+ *            `stats settings` prints
+ *   TLSVER   a TLS version: 0..3 (memcached's numbers) or tlsv1, tlsv1.1,
+ *            tlsv1.2, tlsv1.3; printed by name
  *   OCTAL    octal number (file modes)
  *   BOOL_ON  yes/no; the flag alone sets yes
  *   BOOL_OFF yes/no; the flag alone sets no (memcached's -C, -F)
@@ -63,6 +69,8 @@ enum options_type {
     OPTIONS_UINT,
     OPTIONS_SIZE,
     OPTIONS_MEGS,
+    OPTIONS_KILOS,
+    OPTIONS_TLSVER,
     OPTIONS_OCTAL,
     OPTIONS_BOOL_ON,
     OPTIONS_BOOL_OFF,
@@ -156,9 +164,32 @@ enum options_proto {
       "user:password file (memcached's -Y): a text connection's first "       \
       "command must be the authenticating set; binary ones use SASL PLAIN "   \
       "with the same entries; reloaded on SIGHUP")                            \
-    X(enable_ssl, 'Z', "enable-ssl", OPTIONS_BOOL_ON, "no", 0, 0,             \
-      "TLS for clients: not supported yet, the daemon refuses to start with " \
-      "it")                                                                   \
+    X(ssl_enabled, 'Z', "enable-ssl", OPTIONS_BOOL_ON, "no", 0, 0,            \
+      "TLS for client connections on every -l address not prefixed "          \
+      "notls: (needs ssl_chain_cert and ssl_key)")                            \
+    X(ssl_chain_cert, 0, "ssl-chain-cert", OPTIONS_STR, NULL, 0, 0,           \
+      "PEM certificate chain the server presents (reloaded on SIGHUP and "    \
+      "refresh_certs)")                                                       \
+    X(ssl_key, 0, "ssl-key", OPTIONS_STR, NULL, 0, 0,                         \
+      "private key of ssl_chain_cert")                                        \
+    X(ssl_keyformat, 0, "ssl-keyformat", OPTIONS_UINT, "1", 1, 2,             \
+      "format of ssl_key: 1 = PEM, 2 = DER")                                  \
+    X(ssl_verify_mode, 0, "ssl-verify-mode", OPTIONS_UINT, "0", 0, 3,         \
+      "client certificates: 0 none, 1 request, 2 require, 3 require once "    \
+      "(1-3 need ssl_ca_cert)")                                               \
+    X(ssl_ca_cert, 0, "ssl-ca-cert", OPTIONS_STR, NULL, 0, 0,                 \
+      "PEM file of the CAs client certificates must chain to")                \
+    X(ssl_ciphers, 0, "ssl-ciphers", OPTIONS_STR, NULL, 0, 0,                 \
+      "OpenSSL cipher list for TLS 1.2 and below (NULL = OpenSSL's)")         \
+    X(ssl_min_version, 0, "ssl-min-version", OPTIONS_TLSVER, "tlsv1.2", 0, 0, \
+      "oldest TLS version accepted: 0..3 or tlsv1 .. tlsv1.3")                \
+    X(ssl_wbuf_size, 0, "ssl-wbuf-size", OPTIONS_KILOS, "16k", OPTIONS_KB,    \
+      OPTIONS_MB,                                                             \
+      "KB of replies gathered per TLS write (one record is 16 KB)")           \
+    X(ssl_session_cache, 0, "ssl-session-cache", OPTIONS_BOOL_ON, "no", 0, 0, \
+      "server-side TLS session cache and tickets (resumed handshakes)")       \
+    X(ssl_kernel_tls, 0, "ssl-kernel-tls", OPTIONS_BOOL_ON, "no", 0, 0,       \
+      "let OpenSSL hand records to the kernel (kTLS) where it can")           \
     X(slab_growth_factor, 'f', "slab-growth-factor", OPTIONS_STR, NULL, 0, 0, \
       "memcached's slab growth factor: accepted, no effect (no slabs)")       \
     X(slab_min_size, 'n', "slab-min-size", OPTIONS_STR, NULL, 0, 0,           \
@@ -210,6 +241,13 @@ enum options_proto {
       "cluster members, host:port,host:port (may include this node)")         \
     X(cluster_secret, 0, "cluster-secret", OPTIONS_SECRET, NULL, 0, 0,        \
       "shared secret peers authenticate with (prefer the config file)")       \
+    X(repl_tls_cert, 0, "repl-tls-cert", OPTIONS_STR, NULL, 0, 0,             \
+      "peer TLS: this node's PEM certificate chain (CN node-<node_id>)")      \
+    X(repl_tls_key, 0, "repl-tls-key", OPTIONS_STR, NULL, 0, 0,               \
+      "peer TLS: its PEM private key")                                        \
+    X(repl_tls_ca, 0, "repl-tls-ca", OPTIONS_STR, NULL, 0, 0,                 \
+      "peer TLS: the cluster's CA certificate(s); with the two above, "       \
+      "peer and registry links run TLS 1.3 with mutual certificates")         \
     X(repl_insecure, 0, "repl-insecure", OPTIONS_BOOL_ON, "no", 0, 0,         \
       "allow replication without a cluster secret")                           \
     X(repl_period_ms, 0, "repl-period-ms", OPTIONS_UINT, "100", 1, 3600000,   \
@@ -282,6 +320,8 @@ enum options_index {
 #define OPTIONS_CTYPE_OPTIONS_UINT uint64_t
 #define OPTIONS_CTYPE_OPTIONS_SIZE uint64_t
 #define OPTIONS_CTYPE_OPTIONS_MEGS uint64_t
+#define OPTIONS_CTYPE_OPTIONS_KILOS uint64_t
+#define OPTIONS_CTYPE_OPTIONS_TLSVER uint64_t
 #define OPTIONS_CTYPE_OPTIONS_OCTAL uint64_t
 #define OPTIONS_CTYPE_OPTIONS_BOOL_ON bool
 #define OPTIONS_CTYPE_OPTIONS_BOOL_OFF bool

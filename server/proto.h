@@ -97,6 +97,9 @@ typedef struct proto_config {
      * reset does nothing. */
     int (*stats_list)(const char *group, stats_emit_fn emit, void *arg);
     void (*stats_reset)(void);
+    /* `refresh_certs`: reloads the TLS certificates; 0, or -1 with the
+     * reason in err. NULL: the command answers that TLS is off. */
+    int (*refresh_certs)(char *err, size_t errlen);
     /* Relaying: NULL (the default) serves every key here, at the cost of
      * one pointer test per request. Relaying requires sasl off. */
     proto_route_fn route_fn;

@@ -1835,6 +1835,7 @@ static const pt_cmd commands[] = {
     CMD("verbosity", 2, 3, PT_F_NOREPLY, pt_cmd_verbosity, 0),
     CMD("quit", 1, PT_ANY, 0, cmd_quit, 0),
     CMD("shutdown", 1, PT_ANY, 0, pt_cmd_shutdown, 0),
+    CMD("refresh_certs", 1, 2, PT_F_NOREPLY, pt_cmd_refresh_certs, 0),
     CMD("slabs", 1, PT_ANY, 0, pt_cmd_slabs, 0),
     CMD("cache_memlimit", 2, 3, PT_F_NOREPLY, pt_cmd_cache_memlimit, 0),
     CMD("lru_crawler", 2, 3, 0, pt_cmd_lru_crawler, 0),

@@ -280,6 +280,27 @@ int pt_cmd_shutdown(pt_req *r, int arg)
     return 0;
 }
 
+/*
+ * refresh_certs [noreply]: the TLS certificate, key and CA files are read
+ * again; new connections use them, open ones keep theirs. A file that
+ * does not load keeps the old ones: SERVER_ERROR with OpenSSL's reason.
+ */
+int pt_cmd_refresh_certs(pt_req *r, int arg)
+{
+    char err[512] = "TLS not enabled";
+    (void)arg;
+    if (r->ctx->cfg->refresh_certs == NULL ||
+        r->ctx->cfg->refresh_certs(err, sizeof(err)) != 0) {
+        char line[600];
+        int n = snprintf(line, sizeof(line), "SERVER_ERROR %s", err);
+        pt_reply(r, line,
+                 (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+        return 0;
+    }
+    REPLY(r, "OK");
+    return 0;
+}
+
 int pt_cmd_version(pt_req *r, int arg)
 {
     (void)arg;

@@ -143,6 +143,7 @@ int pt_cmd_watch(pt_req *r, int arg);
 int pt_cmd_verbosity(pt_req *r, int arg);
 int pt_cmd_version(pt_req *r, int arg);
 int pt_cmd_shutdown(pt_req *r, int arg);
+int pt_cmd_refresh_certs(pt_req *r, int arg);
 
 /*
  * Continues the dump st->dump into o until it ends (then st->dump is

@@ -49,6 +49,8 @@ static struct {
     size_t nlisteners;
     stats_group groups[STATS_MAX_GROUPS];
     size_t ngroups;
+    stats_group general[STATS_MAX_GROUPS]; /* extra general lines */
+    size_t ngeneral;
     store_stats base; /* store counters at the last reset */
 } reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -69,6 +71,7 @@ void stats_registry_teardown(void)
     reg.store = NULL;
     reg.nlisteners = 0;
     reg.ngroups = 0;
+    reg.ngeneral = 0;
     pthread_mutex_unlock(&reg.lock);
 }
 
@@ -93,6 +96,21 @@ int stats_register_group(const char *name, stats_group_fn fn, void *arg)
         reg.groups[reg.ngroups].fn = fn;
         reg.groups[reg.ngroups].arg = arg;
         reg.ngroups++;
+        rc = STATS_OK;
+    }
+    pthread_mutex_unlock(&reg.lock);
+    return rc;
+}
+
+int stats_register_general(stats_group_fn fn, void *arg)
+{
+    int rc = STATS_ERR_FULL;
+    pthread_mutex_lock(&reg.lock);
+    if (reg.ngeneral < STATS_MAX_GROUPS) {
+        reg.general[reg.ngeneral].name = "";
+        reg.general[reg.ngeneral].fn = fn;
+        reg.general[reg.ngeneral].arg = arg;
+        reg.ngeneral++;
         rc = STATS_OK;
     }
     pthread_mutex_unlock(&reg.lock);
@@ -262,6 +280,14 @@ static void emit_general(stats_emit_fn emit, void *arg)
      * partition (replicas > 0). */
     emit_u64(emit, arg, "dropped", ss.dropped);
     emit_u64(emit, arg, "clock_ticks", ss.clock_ticks);
+    stats_group extra[STATS_MAX_GROUPS];
+    pthread_mutex_lock(&reg.lock);
+    size_t n = reg.ngeneral;
+    memcpy(extra, reg.general, n * sizeof(extra[0]));
+    pthread_mutex_unlock(&reg.lock);
+    for (size_t i = 0; i < n; i++) {
+        extra[i].fn(extra[i].arg, emit, arg);
+    }
 }
 
 /* ------------------------------------------------------ items / slabs */

@@ -50,4 +50,8 @@ int stats_registry_add_listener(int fd);
 typedef void (*stats_group_fn)(void *arg, stats_emit_fn emit, void *emit_arg);
 int stats_register_group(const char *name, stats_group_fn fn, void *arg);
 
+/* Adds lines at the end of the general `stats` listing (for example TLS's
+ * counters, only when TLS is on). Returns 0 or STATS_ERR_FULL. */
+int stats_register_general(stats_group_fn fn, void *arg);
+
 #endif /* STATS_REGISTRY_H */

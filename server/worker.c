@@ -29,6 +29,7 @@
 typedef struct pending_conn {
     struct pending_conn *next;
     int fd;
+    bool tls;
     socklen_t salen;
     struct sockaddr_storage sa;
 } pending_conn;
@@ -62,7 +63,7 @@ static void take_pending(worker *w)
     pthread_mutex_unlock(&w->qlock);
     while (p != NULL) {
         pending_conn *next = p->next;
-        conn_open(&w->env, p->fd, (struct sockaddr *)&p->sa, p->salen);
+        conn_open(&w->env, p->fd, (struct sockaddr *)&p->sa, p->salen, p->tls);
         free(p);
         p = next;
     }
@@ -198,6 +199,8 @@ static int worker_init(worker *w, const worker_setup *ws)
     w->idle_poll_us = ws->idle_poll_us;
     w->env.output_max = ws->output_max;
     w->env.input_max = ws->input_max;
+    w->env.tls = ws->tls;
+    w->env.tls_wbuf_size = ws->tls_wbuf_size;
     w->env.proto_mode = ws->proto_mode;
     w->env.idle_timeout = ws->idle_timeout;
     w->env.request_shutdown = ws->request_shutdown;
@@ -267,7 +270,8 @@ static void wake(worker *w, char what)
     } while (n < 0 && errno == EINTR);
 }
 
-int worker_dispatch(int fd, const struct sockaddr *sa, socklen_t salen)
+int worker_dispatch(int fd, const struct sockaddr *sa, socklen_t salen,
+                    bool tls)
 {
     if (nworkers == 0) {
         close(fd);
@@ -282,6 +286,7 @@ int worker_dispatch(int fd, const struct sockaddr *sa, socklen_t salen)
     }
     p->next = NULL;
     p->fd = fd;
+    p->tls = tls;
     p->salen = 0;
     if (sa != NULL && salen <= sizeof(p->sa)) {
         memcpy(&p->sa, sa, salen);

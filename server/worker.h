@@ -10,6 +10,7 @@
 #ifndef WORKER_H
 #define WORKER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -34,6 +35,8 @@ typedef struct worker_setup {
     unsigned idle_poll_us; /* see worker_loop in worker.c; 0 = never poll */
     size_t output_max;
     size_t input_max;
+    struct tls_server *tls; /* TLS listeners' context, or NULL */
+    size_t tls_wbuf_size;   /* ssl_wbuf_size */
     int proto_mode;
     uint32_t idle_timeout;
     void (*request_shutdown)(void *arg); /* any thread */
@@ -45,11 +48,13 @@ int worker_pool_start(const worker_setup *ws);
 
 /*
  * Hands an accepted non-blocking socket to the next worker, which takes
- * ownership (it closes the socket when done, or at once on failure).
+ * ownership (it closes the socket when done, or at once on failure); tls:
+ * it came from a TLS listener.
  * The caller has counted it in curr_connections. Returns 0 or an error
  * (then the socket has been closed and the count given back).
  */
-int worker_dispatch(int fd, const struct sockaddr *sa, socklen_t salen);
+int worker_dispatch(int fd, const struct sockaddr *sa, socklen_t salen,
+                    bool tls);
 
 /*
  * Stops every worker (their connections get one last flush and close) and

@@ -2,7 +2,8 @@
 results table.
 
     benchtable.py ports N            N distinct free TCP ports on 127.0.0.1
-    benchtable.py wait PORT SECONDS  exit 0 once PORT answers `version`
+    benchtable.py wait PORT SECONDS [1]  exit 0 once PORT answers `version`
+                                     (1: over TLS)
     benchtable.py table INDEX        print the table of a run
 
 INDEX has one line per client run, fields separated by tabs: workload,
@@ -38,14 +39,22 @@ def free_ports(n):
             s.close()
 
 
-def wait_ready(port, timeout):
-    """True once 127.0.0.1:port answers `version`, polling every 50 ms
-    for at most timeout seconds."""
+def wait_ready(port, timeout, tls=False):
+    """True once 127.0.0.1:port answers `version` (over TLS, without
+    verifying the certificate, when tls), polling every 50 ms for at most
+    timeout seconds."""
     deadline = time.monotonic() + timeout
+    ctx = None
+    if tls:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port),
-                                          timeout=1.0) as s:
+                                          timeout=1.0) as raw:
+                s = ctx.wrap_socket(raw) if ctx else raw
                 s.sendall(b"version\r\n")
                 if s.recv(64).startswith(b"VERSION "):
                     return True
@@ -228,8 +237,9 @@ def main(argv):
     if len(argv) == 3 and argv[1] == "ports":
         print(" ".join(str(p) for p in free_ports(int(argv[2]))))
         return 0
-    if len(argv) == 4 and argv[1] == "wait":
-        return 0 if wait_ready(int(argv[2]), float(argv[3])) else 1
+    if len(argv) in (4, 5) and argv[1] == "wait":
+        tls = len(argv) == 5 and argv[4] == "1"
+        return 0 if wait_ready(int(argv[2]), float(argv[3]), tls) else 1
     if len(argv) == 3 and argv[1] == "table":
         return 1 if table(argv[2]) else 0
     sys.stderr.write(__doc__)

@@ -300,6 +300,7 @@ class CuttableProxy:
         self.stopping = False
         self.accepted = 0
         self.refused = 0
+        self.captured = None  # a bytearray: every byte relayed is added
         self.thread = threading.Thread(target=self._accept_loop, daemon=True)
         self.thread.start()
 
@@ -353,6 +354,9 @@ class CuttableProxy:
                     data = s.recv(65536)
                     if not data:
                         raise OSError("closed")
+                    if self.captured is not None:
+                        with self.lock:
+                            self.captured += data
                     (b if s is a else a).sendall(data)
         except (OSError, ValueError):
             pass

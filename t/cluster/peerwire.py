@@ -88,10 +88,14 @@ class Closed(Exception):
 class Peer:
     """A connection to a node's peer port, playing the dialing side."""
 
-    def __init__(self, port, timeout=5.0):
+    def __init__(self, port, timeout=5.0, ssl_context=None):
+        """ssl_context: play the peer over TLS (a client context with this
+        peer's certificate) instead of plain TCP."""
         self.sock = socket.create_connection(("127.0.0.1", port),
                                              timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            self.sock = ssl_context.wrap_socket(self.sock)
         self.key = None
         self.seq_out = 0
         self.seq_in = 0

@@ -99,12 +99,15 @@ class BadFlags(unittest.TestCase):
         self.assertUsageError(["-m", "1", "-I", "1m"], "half of maxbytes")
 
     def test_missing_protection_refused(self):
-        # Protection that was asked for and cannot be had (TLS is not
-        # there yet; an unreadable auth file): the daemon refuses to start
-        # rather than run without it.
+        # Protection that was asked for and cannot be had (TLS without a
+        # certificate; an unreadable auth file): the daemon refuses to
+        # start rather than run without it.
         self.assertUsageError(["-Y", "/nonexistent/auth"],
                               "auth_file /nonexistent/auth: cannot read")
-        self.assertUsageError(["-Z"], "-Z/enable_ssl")
+        self.assertUsageError(["-Z"], "-Z/ssl_enabled needs ssl_chain_cert")
+        self.assertUsageError(
+            ["-Z", "-o", "ssl_chain_cert=/x,ssl_key=/y,ssl_verify_mode=2"],
+            "needs ssl_ca_cert")
 
     def test_sasl_needs_credentials(self):
         self.assertUsageError(["-S"], "sasl-file")

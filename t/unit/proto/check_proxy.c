@@ -128,7 +128,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd,
     tsrv *s = arg;
     (void)l;
     STATS_CONN_ADD(curr_connections, 1);
-    conn_open(&s->env, fd, sa, (socklen_t)salen);
+    conn_open(&s->env, fd, sa, (socklen_t)salen, false);
 }
 
 static void stop_cb(evutil_socket_t fd, short what, void *arg)
