@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
@@ -111,8 +112,10 @@ static int root_store_options(void *arg, const options *o, store_options *so,
 
 /*
  * The address other nodes relay requests to: advertise, or the first -l
- * address with -p when it is a single concrete address. Returns 0, or -1
- * with a message in err when there is none.
+ * address (with its own port, or -p) when it is a concrete address; a
+ * `notls:` prefix is skipped (with -Z, relays speak TLS, so that first
+ * address should be a TLS listener). Returns 0, or -1 with a message in
+ * err when there is none.
  */
 static int advertise_address(const options *o, char *out, size_t n, char *err,
                              size_t nerr)
@@ -121,14 +124,34 @@ static int advertise_address(const options *o, char *out, size_t n, char *err,
         snprintf(out, n, "%s", o->advertise);
         return 0;
     }
+    /* The first -l address: [notls:]host, host:port, [v6]:port or v6. */
     char host[256];
-    size_t k = strcspn(o->inter, ", ");
+    const char *first = o->inter;
+    if (strncmp(first, "notls:", 6) == 0) {
+        first += 6;
+    }
+    size_t k = strcspn(first, ",; ");
     if (k >= sizeof(host)) {
         k = sizeof(host) - 1;
     }
-    memcpy(host, o->inter, k);
+    memcpy(host, first, k);
     host[k] = '\0';
-    if (o->tcpport == 0 || o->domain_socket != NULL || k == 0 ||
+    unsigned port = (unsigned)o->tcpport;
+    char *colon = strrchr(host, ':');
+    if (host[0] == '[') {
+        char *close = strchr(host, ']');
+        if (close != NULL && close[1] == ':') {
+            port = (unsigned)strtoul(close + 2, NULL, 10);
+        }
+        if (close != NULL) {
+            *close = '\0';
+        }
+        memmove(host, host + 1, strlen(host));
+    } else if (colon != NULL && strchr(host, ':') == colon) {
+        port = (unsigned)strtoul(colon + 1, NULL, 10);
+        *colon = '\0';
+    }
+    if (port == 0 || o->domain_socket != NULL || host[0] == '\0' ||
         strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 ||
         strcmp(host, "*") == 0) {
         snprintf(err, nerr,
@@ -137,9 +160,9 @@ static int advertise_address(const options *o, char *out, size_t n, char *err,
         return -1;
     }
     if (strchr(host, ':') != NULL) {
-        snprintf(out, n, "[%s]:%u", host, (unsigned)o->tcpport);
+        snprintf(out, n, "[%s]:%u", host, port);
     } else {
-        snprintf(out, n, "%s:%u", host, (unsigned)o->tcpport);
+        snprintf(out, n, "%s:%u", host, port);
     }
     return 0;
 }

@@ -1,7 +1,7 @@
 /*
  * evloop.h -- a libevent loop on a thread of its own, stopped from any
  * thread: the lifecycle the replication thread (repl.c) and the registry
- * server (registry.c) share.
+ * server (registry_server.c) share.
  *
  *   evloop_init   creates the event base and the stop event (an eventfd);
  *   evloop_start  runs event_base_dispatch on a new thread;

@@ -2,7 +2,7 @@
  * repl_link.h -- one authenticated, framed connection between two nodes
  * (or a node and a registry) over a libevent bufferevent.
  *
- * The peer channel (repl_conn.c) and the registry channel (registry.c)
+ * The peer channel (repl_conn.c) and the registry channel (registry_*.c)
  * both run on links. A link owns its bufferevent, the handshake (HELLO /
  * CHALLENGE / PROOF / ACCEPT with the cluster secret, repl_wire.h), the
  * sequence numbers of both directions, the frame reader (the length is checked

@@ -783,6 +783,8 @@ static void start(void)
             die(EXIT_STARTUP, "TLS: %s", terr);
         }
     }
+    /* With -Z, relays reach the other nodes' client ports over TLS. */
+    d.pcfg.relay_tls = d.tls;
 
     stats_registry_setup(&d.opts, d.store);
     if (d.tls != NULL) {

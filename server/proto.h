@@ -106,6 +106,9 @@ typedef struct proto_config {
     void *route_arg;
     uint32_t proxy_timeout_ms; /* a relayed request fails after this long
                                   without its reply (0 = 2000) */
+    /* Relays speak TLS to the other nodes' client ports when set (this
+     * node runs -Z): tls.h's client side. */
+    struct tls_server *relay_tls;
 } proto_config;
 
 /*

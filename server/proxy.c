@@ -44,6 +44,7 @@
 #include <event2/event_struct.h>
 
 #include "bin_wire.h"
+#include "tls.h"
 
 /* Milliseconds a target whose connect failed is skipped. */
 #define PROXY_RETRY_MS 1000
@@ -115,7 +116,9 @@ struct upstream {
     bool hello_pending;
     bool writing;
     bool timer_on;
+    bool read_wants_write; /* TLS: a read must wait for writability */
     int fd;
+    tls_conn *tls;             /* over TLS (proto_config.relay_tls) */
     uint64_t down_until;       /* ms: skip the target until then */
     uint64_t connect_deadline; /* ms */
     size_t scan;               /* bytes of in framed for the head slot */
@@ -139,6 +142,12 @@ struct proxy_pool {
     pslot *free_slots;
     size_t nfree;
 };
+
+/* The relay TLS context (NULL: plain). */
+static tls_server *p_tls(const upstream *u)
+{
+    return u->pool->cfg->relay_tls;
+}
 
 /* A monotonic clock in milliseconds; the coarse one is cheap, and a few
  * milliseconds of slack do not matter to timeouts of hundreds. */
@@ -341,6 +350,9 @@ static void up_close(upstream *u)
     if (u->fd >= 0) {
         event_del(&u->rev);
         event_del(&u->wev);
+        tls_conn_free(u->tls);
+        u->tls = NULL;
+        u->read_wants_write = false;
         close(u->fd);
         u->fd = -1;
     }
@@ -472,6 +484,14 @@ static void up_connected(upstream *u)
         up_connect_failed(u);
         return;
     }
+    if (p_tls(u) != NULL) {
+        /* The handshake runs inside the first writes and reads. */
+        u->tls = tls_conn_new_client(p_tls(u), u->fd);
+        if (u->tls == NULL) {
+            up_connect_failed(u);
+            return;
+        }
+    }
     u->state = UP_READY;
     if (event_add(&u->rev, NULL) != 0) {
         up_fail(u);
@@ -491,9 +511,44 @@ static void up_connected(upstream *u)
     up_arm_timer(u);
 }
 
+/* TLS: writes what u has pending, a record at a time (OpenSSL takes one
+ * contiguous buffer). Returns -1 when the upstream was closed. */
+static int up_flush_tls(upstream *u)
+{
+    while (evbuffer_get_length(u->out) > 0) {
+        size_t len = evbuffer_get_contiguous_space(u->out);
+        if (len > 16384) {
+            len = 16384;
+        }
+        const void *data = evbuffer_pullup(u->out, (ev_ssize_t)len);
+        ssize_t n = tls_conn_write(u->tls, data, len);
+        if (n > 0) {
+            evbuffer_drain(u->out, (size_t)n);
+            continue;
+        }
+        if (n == TLS_IO_WANT_READ) {
+            return 0; /* the read event calls again */
+        }
+        if (n == TLS_IO_WANT_WRITE) {
+            up_want_write(u);
+            return 0;
+        }
+        up_fail(u);
+        return -1;
+    }
+    if (u->writing) {
+        event_del(&u->wev);
+        u->writing = false;
+    }
+    return 0;
+}
+
 /* Writes what u has pending. Returns -1 when the upstream was closed. */
 static int up_flush(upstream *u)
 {
+    if (u->tls != NULL) {
+        return up_flush_tls(u);
+    }
     while (evbuffer_get_length(u->out) > 0) {
         int n = evbuffer_write(u->out, u->fd);
         if (n > 0)
@@ -522,7 +577,12 @@ static void up_write_cb(evutil_socket_t fd, short what, void *arg)
         if (u->state != UP_READY)
             return;
     }
-    up_flush(u);
+    if (up_flush(u) != 0)
+        return;
+    if (u->read_wants_write) {
+        u->read_wants_write = false;
+        up_read_cb(u->fd, EV_READ, u);
+    }
 }
 
 static void up_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -775,11 +835,52 @@ static void up_deliver(upstream *u)
     }
 }
 
+/* TLS: reads what OpenSSL has for u. Returns true at the end of the
+ * stream (or an error). */
+static bool up_read_tls(upstream *u)
+{
+    for (int i = 0; i < PROXY_READS; i++) {
+        struct evbuffer_iovec v;
+        if (evbuffer_reserve_space(u->in, PROXY_READ_CHUNK, &v, 1) != 1) {
+            return true;
+        }
+        ssize_t n = tls_conn_read(u->tls, v.iov_base, v.iov_len);
+        v.iov_len = n > 0 ? (size_t)n : 0;
+        evbuffer_commit_space(u->in, &v, 1);
+        if (n > 0) {
+            if (!tls_conn_pending(u->tls) && (size_t)n < PROXY_READ_CHUNK) {
+                break;
+            }
+            continue;
+        }
+        if (n == TLS_IO_WANT_READ) {
+            break;
+        }
+        if (n == TLS_IO_WANT_WRITE) {
+            u->read_wants_write = true;
+            up_want_write(u);
+            break;
+        }
+        return true;
+    }
+    /* A write that waited for the handshake's reads goes on. */
+    if (evbuffer_get_length(u->out) > 0 && up_flush(u) != 0) {
+        return false; /* closed and failed already */
+    }
+    return false;
+}
+
 static void up_read_cb(evutil_socket_t fd, short what, void *arg)
 {
     upstream *u = arg;
     bool eof = false;
     (void)what;
+    if (u->tls != NULL) {
+        eof = up_read_tls(u);
+        if (u->state == UP_IDLE)
+            return; /* failed while writing */
+        goto deliver;
+    }
     for (int i = 0; i < PROXY_READS; i++) {
         int n = evbuffer_read(u->in, fd, PROXY_READ_CHUNK);
         if (n > 0) {
@@ -794,6 +895,7 @@ static void up_read_cb(evutil_socket_t fd, short what, void *arg)
         eof = true;
         break;
     }
+deliver:
     up_deliver(u);
     if (u->state == UP_IDLE)
         return; /* closed while framing */

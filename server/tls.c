@@ -23,8 +23,9 @@
 #include "log.h"
 
 struct tls_server {
-    pthread_mutex_t lock; /* guards ctx against a reload */
+    pthread_mutex_t lock; /* guards ctx and client_ctx against a reload */
     SSL_CTX *ctx;
+    SSL_CTX *client_ctx; /* relays to other nodes' TLS client ports */
     tls_settings s;
     uint64_t handshake_errors; /* relaxed atomics */
     uint64_t new_sessions;
@@ -83,14 +84,20 @@ static int on_new_session(SSL *ssl, SSL_SESSION *sess)
     return 0; /* the cache keeps its own reference */
 }
 
-/* A new context from ts->s: every file read now. */
-static int build_ctx(tls_server *ts, SSL_CTX **out, char *err, size_t errlen)
+/*
+ * A new context from ts->s: every file read now. The client context
+ * (relays) presents the same certificate, and verifies the other node's
+ * against ssl_ca_cert when one is set.
+ */
+static int build_ctx(tls_server *ts, bool client, SSL_CTX **out, char *err,
+                     size_t errlen)
 {
     const tls_settings *s = &ts->s;
     int rc;
 
     ERR_clear_error();
-    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    SSL_CTX *ctx =
+        SSL_CTX_new(client ? TLS_client_method() : TLS_server_method());
     if (ctx == NULL) {
         snprintf(err, errlen, "cannot create a TLS context");
         return TLS_ERR_NOMEM;
@@ -124,6 +131,11 @@ static int build_ctx(tls_server *ts, SSL_CTX **out, char *err, size_t errlen)
             rc = fail(err, errlen, "ssl_ca_cert", s->ca_cert);
             goto bad;
         }
+    }
+    if (client) {
+        SSL_CTX_set_verify(
+            ctx, s->ca_cert != NULL ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
+    } else if (s->ca_cert != NULL) {
         STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(s->ca_cert);
         if (names == NULL) {
             rc = fail(err, errlen, "ssl_ca_cert", s->ca_cert);
@@ -141,7 +153,9 @@ static int build_ctx(tls_server *ts, SSL_CTX **out, char *err, size_t errlen)
     if (s->verify_mode == 3) {
         verify |= SSL_VERIFY_CLIENT_ONCE;
     }
-    SSL_CTX_set_verify(ctx, verify, NULL);
+    if (!client) {
+        SSL_CTX_set_verify(ctx, verify, NULL);
+    }
     if (s->ciphers != NULL && !SSL_CTX_set_cipher_list(ctx, s->ciphers)) {
         rc = fail(err, errlen, "ssl_ciphers", s->ciphers);
         goto bad;
@@ -150,7 +164,9 @@ static int build_ctx(tls_server *ts, SSL_CTX **out, char *err, size_t errlen)
      * required whenever verification and caching are both on. */
     SSL_CTX_set_session_id_context(ctx, (const unsigned char *)session_context,
                                    sizeof(session_context) - 1);
-    if (s->session_cache) {
+    if (client) {
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    } else if (s->session_cache) {
         SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
         SSL_CTX_sess_set_new_cb(ctx, on_new_session);
     } else {
@@ -192,8 +208,12 @@ int tls_server_create(const tls_settings *s, tls_server **out, char *err,
     }
     ts->s = *s;
     pthread_mutex_init(&ts->lock, NULL);
-    int rc = build_ctx(ts, &ts->ctx, err, errlen);
+    int rc = build_ctx(ts, false, &ts->ctx, err, errlen);
+    if (rc == TLS_OK) {
+        rc = build_ctx(ts, true, &ts->client_ctx, err, errlen);
+    }
     if (rc != TLS_OK) {
+        SSL_CTX_free(ts->ctx);
         pthread_mutex_destroy(&ts->lock);
         free(ts);
         return rc;
@@ -205,17 +225,24 @@ int tls_server_create(const tls_settings *s, tls_server **out, char *err,
 
 int tls_server_reload(tls_server *ts, char *err, size_t errlen)
 {
-    SSL_CTX *fresh = NULL;
-    int rc = build_ctx(ts, &fresh, err, errlen);
+    SSL_CTX *fresh = NULL, *fresh_client = NULL;
+    int rc = build_ctx(ts, false, &fresh, err, errlen);
+    if (rc == TLS_OK) {
+        rc = build_ctx(ts, true, &fresh_client, err, errlen);
+    }
     if (rc != TLS_OK) {
+        SSL_CTX_free(fresh);
         return rc;
     }
     pthread_mutex_lock(&ts->lock);
-    SSL_CTX *old = ts->ctx;
+    SSL_CTX *old = ts->ctx, *old_client = ts->client_ctx;
     ts->ctx = fresh;
+    ts->client_ctx = fresh_client;
     __atomic_store_n(&ts->last_refresh, (int64_t)time(NULL), __ATOMIC_RELAXED);
     pthread_mutex_unlock(&ts->lock);
-    SSL_CTX_free(old); /* open connections hold their own references */
+    /* open connections hold their own references */
+    SSL_CTX_free(old);
+    SSL_CTX_free(old_client);
     return TLS_OK;
 }
 
@@ -225,6 +252,7 @@ void tls_server_destroy(tls_server *ts)
         return;
     }
     SSL_CTX_free(ts->ctx);
+    SSL_CTX_free(ts->client_ctx);
     pthread_mutex_destroy(&ts->lock);
     free(ts);
 }
@@ -244,10 +272,10 @@ bool tls_server_session_cache(const tls_server *ts)
 
 /* ---------------------------------------------------------- connections */
 
-tls_conn *tls_conn_new(tls_server *ts, int fd)
+static tls_conn *conn_new(tls_server *ts, int fd, bool client)
 {
     pthread_mutex_lock(&ts->lock);
-    SSL *ssl = SSL_new(ts->ctx);
+    SSL *ssl = SSL_new(client ? ts->client_ctx : ts->ctx);
     pthread_mutex_unlock(&ts->lock);
     if (ssl == NULL) {
         ERR_clear_error();
@@ -258,8 +286,22 @@ tls_conn *tls_conn_new(tls_server *ts, int fd)
         SSL_free(ssl);
         return NULL;
     }
-    SSL_set_accept_state(ssl);
+    if (client) {
+        SSL_set_connect_state(ssl);
+    } else {
+        SSL_set_accept_state(ssl);
+    }
     return ssl;
+}
+
+tls_conn *tls_conn_new(tls_server *ts, int fd)
+{
+    return conn_new(ts, fd, false);
+}
+
+tls_conn *tls_conn_new_client(tls_server *ts, int fd)
+{
+    return conn_new(ts, fd, true);
 }
 
 void tls_conn_free(tls_conn *tc)
@@ -305,7 +347,9 @@ static void log_handshake_error(SSL *ssl, int err)
     if (vr != X509_V_OK) {
         why = X509_verify_cert_error_string(vr);
     }
-    LOG(LOG_LEVEL_INFO, "tls", "client %s: TLS handshake refused: %s", addr,
+    const char *what = SSL_is_server(ssl) ? "client" : "relay to";
+    LOG(SSL_is_server(ssl) ? LOG_LEVEL_INFO : LOG_LEVEL_WARN, "tls",
+        "%s %s: TLS handshake refused: %s", what, addr,
         why ? why
             : (err == SSL_ERROR_SYSCALL ? "connection closed"
                                         : "protocol error"));
@@ -325,7 +369,7 @@ static ssize_t io_result(SSL *ssl, int n)
     case SSL_ERROR_SYSCALL:
         if (ERR_peek_error() == 0 && (n == 0 || errno == 0)) {
             /* EOF without close_notify: a client that hung up. */
-            if (!SSL_is_init_finished(ssl)) {
+            if (!SSL_is_init_finished(ssl) && SSL_is_server(ssl)) {
                 tls_server *ts = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
                 __atomic_fetch_add(&ts->handshake_errors, 1, __ATOMIC_RELAXED);
             }
@@ -338,7 +382,9 @@ static ssize_t io_result(SSL *ssl, int n)
     }
     if (!SSL_is_init_finished(ssl)) {
         tls_server *ts = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
-        __atomic_fetch_add(&ts->handshake_errors, 1, __ATOMIC_RELAXED);
+        if (SSL_is_server(ssl)) {
+            __atomic_fetch_add(&ts->handshake_errors, 1, __ATOMIC_RELAXED);
+        }
         if (log_enabled(LOG_LEVEL_INFO)) {
             log_handshake_error(ssl, err);
         }

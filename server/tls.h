@@ -92,6 +92,13 @@ enum tls_io {
  * context. Returns NULL when out of memory. */
 tls_conn *tls_conn_new(tls_server *ts, int fd);
 
+/* A client-side TLS connection on the connecting socket fd (relays to
+ * another node's TLS client port): it presents this node's certificate and
+ * verifies the other's against ssl_ca_cert when that is set. The
+ * handshake runs inside the first writes and reads. NULL when out of
+ * memory. */
+tls_conn *tls_conn_new_client(tls_server *ts, int fd);
+
 /* Sends close_notify when the session is healthy (never blocks), then
  * frees tc. */
 void tls_conn_free(tls_conn *tc);

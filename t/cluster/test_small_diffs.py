@@ -15,7 +15,7 @@ from cluster import (Cluster, CuttableProxy, free_ports, pipelined_sets,
                      repl_sum, wait_until)
 
 DIFF = 100
-RUNS = 3
+RUNS = 5
 BOUND = 1.7
 
 

@@ -16,6 +16,7 @@ registry; SIGHUP reloads the peer certificates.
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import tempfile
@@ -98,6 +99,19 @@ def set_many(node, prefix, n, value):
 def has_all(node, prefix, n):
     keys = [b"%s%d" % (prefix, i) for i in range(n)]
     return cluster.count_present(node.port, keys) == n
+
+
+def recv_lines(sock, n, timeout=20.0):
+    """The next n lines from sock, without their CRLF."""
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while buf.count(b"\r\n") < n and time.monotonic() < deadline:
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.split(b"\r\n")[:n]
 
 
 def count(node, prefix, n):
@@ -251,6 +265,55 @@ class TlsPeers(unittest.TestCase):
         finally:
             for n in nodes + [reg]:
                 n.close()
+
+    def test_scaleout_relays_over_tls(self):
+        """replicas = 1 on three nodes running -Z: a TLS client writes and
+        reads every key through one node, so about two thirds are relayed,
+        over TLS, to the nodes that own them. Each node's first -l address
+        is its TLS listener (so the one it advertises); the harness talks
+        to a notls: listener on the usual port."""
+        ports = free_ports(3)
+        ca = self.certs.path("ca.crt")
+
+        def settings(i, client_ports, peer_ports):
+            s = orig(i, client_ports, peer_ports)
+            s.update({"inter": "127.0.0.1:%d,notls:127.0.0.1" % ports[i],
+                      "ssl_enabled": "yes",
+                      "ssl_chain_cert": s["repl_tls_cert"],
+                      "ssl_key": s["repl_tls_key"], "ssl_ca_cert": ca,
+                      "replicas": 1, "ring_handoff_ms": 1000})
+            return s
+        c = tls_cluster(self.certs, 3)
+        orig = c.settings
+        c.settings = settings
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.load_verify_locations(ca)
+        with c:
+            self.assertTrue(c.wait_connected(WAIT), c.logs())
+            self.assertTrue(wait_until(
+                lambda: all(n.stats("ring").get("ring_members") == "3"
+                            for n in c.nodes), WAIT), c.logs())
+            keys = [b"relay-%d" % i for i in range(300)]
+            st0 = c[0].stats()
+            with ctx.wrap_socket(socket.create_connection(
+                    ("127.0.0.1", ports[0]), timeout=10)) as s:
+                s.sendall(b"".join(b"set %s 0 0 6\r\nvalue!\r\n" % k
+                                   for k in keys))
+                got = recv_lines(s, len(keys))
+                self.assertEqual(set(got), {b"STORED"}, got[:5])
+                s.sendall(b"".join(b"mg %s v\r\n" % k for k in keys))
+                got = recv_lines(s, 2 * len(keys))
+                self.assertEqual(got.count(b"value!"), len(keys))
+            st1 = c[0].stats()
+            relayed = (int(st1["proxied_requests"]) -
+                       int(st0["proxied_requests"]))
+            self.assertGreater(relayed, len(keys), c.logs())
+            self.assertEqual(st1["proxy_failures"], st0["proxy_failures"])
+            # every node finds every key, relaying (over TLS) what it
+            # does not own, also for a client on its notls: listener
+            for n in c.nodes:
+                self.assertEqual(count(n, b"relay-", 300), 300)
 
     def test_sighup_reloads_peer_certificates(self):
         with tls_cluster(self.certs, 2, extra={"verbosity": 1}) as c:
