@@ -279,6 +279,9 @@ static int root_setup(void *arg, const options *o, store *s,
     ro.push_queue = (uint32_t)o->repl_push_queue;
     ro.item_size_max = (size_t)o->item_size_max;
     ro.registries = o->registry ? o->registry : "";
+    ro.dns_names = o->peers_dns ? o->peers_dns : "";
+    ro.dns_server = o->peers_dns_server ? o->peers_dns_server : "";
+    ro.dns_interval_ms = (uint32_t)o->peers_dns_interval_ms;
     timing_from_options(o, &ro.timing);
     char adv[300] = "";
     if (o->replicas > 0 &&

@@ -72,6 +72,9 @@ void repl_options_default(repl_options *o)
     o->push_delay_us = 100;
     o->item_size_max = 1024 * 1024;
     o->registries = "";
+    o->dns_names = "";
+    o->dns_server = "";
+    o->dns_interval_ms = 5000;
     registry_timing_default(&o->timing);
     o->replicas = 0;
     o->ring_partitions = RING_DEFAULT_PARTITIONS;
@@ -332,6 +335,17 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
         if (!r->reg)
             goto fail;
     }
+    if (o->dns_names && o->dns_names[0]) {
+        dnsview_options dno = {
+            .names = o->dns_names,
+            .server = o->dns_server,
+            .interval_ms = o->dns_interval_ms,
+        };
+        r->dns =
+            dnsview_create(r->loop.base, &dno, repl_on_dns_view, r, err, nerr);
+        if (!r->dns)
+            goto fail;
+    }
     tick_arm(r);
     event_add(r->wake, NULL);
     store_set_listener(s, repl_on_change, r);
@@ -358,6 +372,7 @@ void repl_destroy(repl *r)
     while (r->incoming)
         repl_conn_free(r->incoming);
     registry_client_destroy(r->reg);
+    dnsview_destroy(r->dns);
     while (r->nspare > 0)
         riblt_encoder_destroy(r->spare[--r->nspare]);
     for (size_t i = 0; i < r->qlen; i++)

@@ -52,6 +52,11 @@ typedef struct repl_options {
     size_t item_size_max;      /* largest value accepted from a peer */
     /* Membership through registries ("host:port,..."; empty = none). */
     const char *registries;
+    /* Membership from DNS (dnsview.h): "name:port,..." (empty = none),
+     * the resolver ("ip[:port]", empty = the system's), the interval. */
+    const char *dns_names;
+    const char *dns_server;
+    uint32_t dns_interval_ms;
     registry_timing timing; /* heartbeats and probing */
     /*
      * Placement (replicas > 0): the store must have been created with

@@ -21,6 +21,7 @@
 
 #include <event2/util.h>
 
+#include "dnsview.h"
 #include "evloop.h"
 #include "registry.h"
 #include "repl.h"
@@ -192,15 +193,22 @@ struct round {
     uint64_t gen; /* the ring generation the round started under */
 };
 
+/* Where a peer came from: the peers list, or a membership source's view. */
+enum peer_origin {
+    PEER_STATIC = 0, /* the peers list */
+    PEER_REGISTRY,   /* a registry's view (liveness from the registry) */
+    PEER_DNS,        /* peers_dns (addresses only; liveness as static) */
+};
+
 struct peer {
     struct repl *r;
     char name[128]; /* host:port as configured or as registered */
     struct sockaddr_storage addr;
     socklen_t addrlen;
     bool self;
-    bool vacant;        /* a free slot (a member that left the view) */
-    bool from_registry; /* from a registry's view, not the peers list */
-    uint8_t member;     /* registry_state; static peers stay alive */
+    bool vacant;    /* a free slot (a member that left the view) */
+    uint8_t origin; /* enum peer_origin: where the peer came from */
+    uint8_t member; /* registry_state; static peers stay alive */
     uint64_t incarnation;
     uint32_t view_node; /* the member's id in the registry's view */
     struct conn *conn;
@@ -260,6 +268,7 @@ struct repl {
     int npeers;
     pthread_mutex_t plock;
     registry_client *reg; /* NULL without registries */
+    dnsview *dns;         /* NULL without peers_dns */
     struct conn *incoming;
     int nincoming;
     /* push queue: filled by worker threads, drained by this thread */
@@ -404,6 +413,9 @@ void repl_peer_free(struct peer *p);
 /* The registry client's callbacks (registry_view_fn, registry_ping_fn). */
 void repl_on_view(void *arg, const registry_member *m, size_t n,
                   const char *source);
+/* peers_dns's views (registry_view_fn). */
+void repl_on_dns_view(void *arg, const registry_member *m, size_t n,
+                      const char *source);
 int repl_on_ping(void *arg, uint32_t target, uint64_t token);
 
 /* =================================================== repl_health.c */

@@ -108,35 +108,38 @@ static struct peer *peer_slot(struct repl *r)
 }
 
 /*
- * A registry's view (registry_view_fn): members new to it get a slot and
- * are dialled by the next tick, a member whose address changed is dialled
- * again, a dead one loses its connection and is left alone, and a member
- * no longer in the view is removed. Static peers are never touched; a
- * member that is also in the static list (same address or id) stays
- * static.
+ * One view of a membership source (a registry, DNS): members new to it get
+ * a slot and are dialled by the next tick, a member whose address changed
+ * is dialled again, a dead one loses its connection and is left alone, and
+ * a member no longer in the view is removed. A member is known by its node
+ * id, or by its address when the source knows no ids (node 0: DNS). Peers
+ * of other origins are never touched; a member that is already a peer of
+ * another origin (same address or id) stays what it was.
  */
-void repl_on_view(void *arg, const registry_member *m, size_t n,
-                  const char *source)
+static void view_apply(struct repl *r, uint8_t origin,
+                       const registry_member *m, size_t n, const char *source)
 {
-    struct repl *r = arg;
     bool seen[PEER_MAX] = {false};
     pthread_mutex_lock(&r->plock);
     for (size_t i = 0; i < n; i++) {
-        if (m[i].node == r->o.node_id)
+        if (m[i].node != 0 && m[i].node == r->o.node_id)
             continue;
         struct peer *p = NULL;
-        bool is_static = false;
+        bool elsewhere = false;
         for (int j = 0; j < r->npeers; j++) {
             struct peer *q = &r->peers[j];
             if (q->vacant)
                 continue;
-            if (q->from_registry && q->view_node == m[i].node)
+            bool same = m[i].node != 0 ? q->view_node == m[i].node
+                                       : strcmp(q->name, m[i].addr) == 0;
+            if (q->origin == origin && same)
                 p = q;
-            else if (!q->from_registry && (strcmp(q->name, m[i].addr) == 0 ||
-                                           q->node_id == m[i].node))
-                is_static = true;
+            else if (q->origin != origin &&
+                     (strcmp(q->name, m[i].addr) == 0 ||
+                      (m[i].node != 0 && q->node_id == m[i].node)))
+                elsewhere = true;
         }
-        if (is_static)
+        if (elsewhere)
             continue;
         if (p && strcmp(p->name, m[i].addr) != 0) {
             peer_release(r, p);
@@ -155,14 +158,19 @@ void repl_on_view(void *arg, const registry_member *m, size_t n,
                 continue;
             }
             p->vacant = false;
-            p->from_registry = true;
+            p->origin = origin;
             p->view_node = m[i].node;
             p->node_id = m[i].node;
             p->member = m[i].state;
-            LOG(LOG_LEVEL_INFO, "membership",
-                "node %u at %s joins the view (%s, from %s)",
-                (unsigned)m[i].node, m[i].addr,
-                registry_state_name(m[i].state), source ? source : "?");
+            if (m[i].node != 0)
+                LOG(LOG_LEVEL_INFO, "membership",
+                    "node %u at %s joins the view (%s, from %s)",
+                    (unsigned)m[i].node, m[i].addr,
+                    registry_state_name(m[i].state), source ? source : "?");
+            else
+                LOG(LOG_LEVEL_INFO, "membership",
+                    "%s joins the view (from %s)", m[i].addr,
+                    source ? source : "?");
         }
         seen[p - r->peers] = true;
         p->incarnation = m[i].incarnation;
@@ -176,13 +184,25 @@ void repl_on_view(void *arg, const registry_member *m, size_t n,
     }
     for (int j = 0; j < r->npeers; j++) {
         struct peer *q = &r->peers[j];
-        if (!q->vacant && q->from_registry && !seen[j]) {
+        if (!q->vacant && q->origin == origin && !seen[j]) {
             LOG(LOG_LEVEL_INFO, "membership", "node %u at %s leaves the view",
-                (unsigned)q->view_node, q->name);
+                (unsigned)q->node_id, q->name);
             peer_release(r, q);
         }
     }
     pthread_mutex_unlock(&r->plock);
+}
+
+void repl_on_view(void *arg, const registry_member *m, size_t n,
+                  const char *source)
+{
+    view_apply(arg, PEER_REGISTRY, m, n, source);
+}
+
+void repl_on_dns_view(void *arg, const registry_member *m, size_t n,
+                      const char *source)
+{
+    view_apply(arg, PEER_DNS, m, n, source);
 }
 
 /*

@@ -37,6 +37,9 @@ void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg)
         emit(arg, "incarnation", val);
         snprintf(val, sizeof(val), "%u", registry_client_connected(r->reg));
         emit(arg, "registries_connected", val);
+    } else if (r->dns) {
+        dnsview_source(r->dns, val, sizeof(val));
+        emit(arg, "membership", val);
     } else {
         emit(arg, "membership", "static");
     }
@@ -57,7 +60,10 @@ void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg)
         snprintf(name, sizeof(name), "peer%d:addr", i);
         emit(arg, name, p->name);
         snprintf(name, sizeof(name), "peer%d:origin", i);
-        emit(arg, name, p->from_registry ? "registry" : "static");
+        emit(arg, name,
+             p->origin == PEER_REGISTRY ? "registry"
+             : p->origin == PEER_DNS    ? "dns"
+                                        : "static");
         snprintf(name, sizeof(name), "peer%d:member", i);
         emit(arg, name, registry_state_name(p->member));
         snprintf(name, sizeof(name), "peer%d:incarnation", i);

@@ -241,6 +241,13 @@ enum options_proto {
       "cluster members, host:port,host:port (may include this node)")         \
     X(cluster_secret, 0, "cluster-secret", OPTIONS_SECRET, NULL, 0, 0,        \
       "shared secret peers authenticate with (prefer the config file)")       \
+    X(peers_dns, 0, "peers-dns", OPTIONS_STR, NULL, 0, 0,                     \
+      "peers from DNS, name:port[,...]: SRV targets, or A/AAAA addresses "    \
+      "with the port, resolved every peers_dns_interval_ms")                  \
+    X(peers_dns_server, 0, "peers-dns-server", OPTIONS_STR, NULL, 0, 0,       \
+      "resolver for peers_dns, ip[:port][,...] (unset = the system's)")       \
+    X(peers_dns_interval_ms, 0, "peers-dns-interval-ms", OPTIONS_UINT,        \
+      "5000", 100, 3600000, "milliseconds between peers_dns resolutions")     \
     X(repl_tls_cert, 0, "repl-tls-cert", OPTIONS_STR, NULL, 0, 0,             \
       "peer TLS: this node's PEM certificate chain (CN node-<node_id>)")      \
     X(repl_tls_key, 0, "repl-tls-key", OPTIONS_STR, NULL, 0, 0,               \

@@ -382,8 +382,11 @@ class FaultCluster:
             raise AssertionError("\n".join(errors))
 
     def logs(self, tail=3000):
-        return "\n".join("--- %s\n%s" % (n.name, n.stderr()[-tail:])
-                         for n in self.nodes)
+        """Each node's exit status (None: running) and the end of its
+        log."""
+        return "\n".join("--- %s (exit status %s)\n%s" % (
+            n.name, n.proc.poll() if n.proc is not None else "not started",
+            n.stderr()[-tail:]) for n in self.nodes)
 
     def wait_connected(self, timeout=20.0):
         """Every node has an authenticated connection up to each other."""

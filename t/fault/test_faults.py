@@ -102,7 +102,11 @@ class FaultFrame(unittest.TestCase):
         note = adjust(writes) if adjust else ""
         ok, took, _ = netfault.wait_converged(self.fc, keys, CONVERGE)
         time.sleep(QUIET)
-        snap = netfault.snapshot(self.fc, keys)
+        try:
+            snap = netfault.snapshot(self.fc, keys)
+        except OSError as e:
+            raise AssertionError("%s reading the nodes after %s:\n%s\n%s" % (
+                e, name, self.fc.logs(), self.net.rules())) from e
         verdict = netfault.judge(writes, keys, snap)
         counts = {}
         for w in writes:
