@@ -282,6 +282,9 @@ static int root_setup(void *arg, const options *o, store *s,
     ro.dns_names = o->peers_dns ? o->peers_dns : "";
     ro.dns_server = o->peers_dns_server ? o->peers_dns_server : "";
     ro.dns_interval_ms = (uint32_t)o->peers_dns_interval_ms;
+    ro.etcd_urls = o->etcd ? o->etcd : "";
+    ro.etcd_prefix = o->etcd_prefix ? o->etcd_prefix : "/ribltcache/";
+    ro.etcd_lease_s = (uint32_t)o->etcd_lease_s;
     timing_from_options(o, &ro.timing);
     char adv[300] = "";
     if (o->replicas > 0 &&

@@ -23,7 +23,10 @@
 #include <ares.h>
 #include <event2/event.h>
 
+#include "evloop.h"
+#include "listspec.h"
 #include "log.h"
+#include "viewsrc.h"
 
 #define DNSVIEW_NAMES_MAX 16
 #define DNSVIEW_ADDRS_MAX REGISTRY_MEMBERS_MAX
@@ -48,8 +51,7 @@ struct dnsview {
     struct event_base *base;
     ares_channel chan;
     bool chan_ok;
-    registry_view_fn on_view;
-    void *arg;
+    viewsrc src; /* views, answering or not, stats */
     uint32_t interval_ms;
     struct dname names[DNSVIEW_NAMES_MAX];
     int nnames;
@@ -63,13 +65,6 @@ struct dnsview {
     registry_member got[DNSVIEW_ADDRS_MAX];
     size_t ngot;
     bool destroying;
-    /* what stats read (under lock) */
-    pthread_mutex_t lock;
-    size_t last_n;       /* addresses in the last view given */
-    bool have_view;      /* a pass succeeded once */
-    uint64_t failing_ms; /* since when passes fail (0: they do not) */
-    char names_text[128];
-    uint64_t fail_logged_ms;
 };
 
 static pthread_once_t ares_once = PTHREAD_ONCE_INIT;
@@ -78,13 +73,6 @@ static int ares_init_rc;
 static void ares_init_once(void)
 {
     ares_init_rc = ares_library_init(ARES_LIB_INIT_ALL);
-}
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* ============================================================== events */
@@ -199,33 +187,12 @@ static int cmp_member(const void *a, const void *b)
  * last one when a query failed. */
 static void pass_done(dnsview *v)
 {
-    uint64_t now = now_ms();
     if (v->failed) {
-        pthread_mutex_lock(&v->lock);
-        if (v->failing_ms == 0)
-            v->failing_ms = now;
-        pthread_mutex_unlock(&v->lock);
-        if (now - v->fail_logged_ms >= 30000 || v->fail_logged_ms == 0) {
-            v->fail_logged_ms = now;
-            LOG(LOG_LEVEL_WARN, "membership",
-                "DNS %s: %s; keeping the last view (%s)", v->names_text,
-                v->fail_why, v->have_view ? "as it was" : "none yet");
-        }
+        viewsrc_failed(&v->src, v->fail_why);
         return;
     }
     qsort(v->got, v->ngot, sizeof(v->got[0]), cmp_member);
-    pthread_mutex_lock(&v->lock);
-    if (v->failing_ms != 0)
-        LOG(LOG_LEVEL_INFO, "membership", "DNS %s answers again",
-            v->names_text);
-    v->failing_ms = 0;
-    v->fail_logged_ms = 0;
-    v->last_n = v->ngot;
-    v->have_view = true;
-    pthread_mutex_unlock(&v->lock);
-    char source[160];
-    snprintf(source, sizeof(source), "dns %s", v->names_text);
-    v->on_view(v->arg, v->got, v->ngot, source);
+    viewsrc_view(&v->src, v->got, v->ngot);
 }
 
 static void pass_step(dnsview *v)
@@ -314,9 +281,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     start_pass(v);
-    struct timeval tv = {(time_t)(v->interval_ms / 1000),
-                         (suseconds_t)(v->interval_ms % 1000) * 1000};
-    evtimer_add(v->tick, &tv);
+    evloop_add_ms(v->tick, v->interval_ms);
 }
 
 /* ========================================================== lifecycle */
@@ -324,24 +289,20 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 /* "name:port[,name:port...]" into v->names. */
 static int parse_names(dnsview *v, const char *spec, char *err, size_t nerr)
 {
-    const char *p = spec ? spec : "";
-    while (*p) {
-        while (*p == ' ' || *p == ',')
-            p++;
-        if (!*p)
-            break;
-        size_t n = strcspn(p, ", ");
+    const char *p = spec, *item;
+    size_t n;
+    while (listspec_next(&p, &item, &n)) {
         const char *colon = NULL;
         for (size_t i = 0; i < n; i++)
-            if (p[i] == ':')
-                colon = p + i;
+            if (item[i] == ':')
+                colon = item + i;
         if (v->nnames == DNSVIEW_NAMES_MAX) {
             snprintf(err, nerr, "peers_dns: more than %d names",
                      DNSVIEW_NAMES_MAX);
             return -1;
         }
         struct dname *d = &v->names[v->nnames];
-        size_t hl = colon ? (size_t)(colon - p) : 0;
+        size_t hl = colon ? (size_t)(colon - item) : 0;
         size_t pl = colon ? n - hl - 1 : 0;
         char *end = NULL;
         unsigned long port = 0;
@@ -353,20 +314,18 @@ static int parse_names(dnsview *v, const char *spec, char *err, size_t nerr)
         if (!colon || hl == 0 || hl >= sizeof(d->host) || !end ||
             *end != '\0' || port < 1 || port > 65535) {
             snprintf(err, nerr, "peers_dns: '%.*s' is not name:port",
-                     (int)(n > 100 ? 100 : n), p);
+                     (int)(n > 100 ? 100 : n), item);
             return -1;
         }
-        memcpy(d->host, p, hl);
+        memcpy(d->host, item, hl);
         d->host[hl] = '\0';
         d->v = v;
         v->nnames++;
-        p += n;
     }
     if (v->nnames == 0) {
         snprintf(err, nerr, "peers_dns: no name given");
         return -1;
     }
-    snprintf(v->names_text, sizeof(v->names_text), "%s", spec);
     return 0;
 }
 
@@ -386,10 +345,8 @@ dnsview *dnsview_create(struct event_base *base, const dnsview_options *o,
         return NULL;
     }
     v->base = base;
-    v->on_view = on_view;
-    v->arg = arg;
+    viewsrc_init(&v->src, "dns", o->names, "addresses", on_view, arg);
     v->interval_ms = o->interval_ms < 100 ? 100 : o->interval_ms;
-    pthread_mutex_init(&v->lock, NULL);
     if (parse_names(v, o->names, err, nerr) != 0)
         goto fail;
     struct ares_options ao;
@@ -442,21 +399,11 @@ void dnsview_destroy(dnsview *v)
         event_free(v->tick);
     if (v->timeout)
         event_free(v->timeout);
-    pthread_mutex_destroy(&v->lock);
+    viewsrc_fini(&v->src);
     free(v);
 }
 
 void dnsview_source(dnsview *v, char *out, size_t n)
 {
-    pthread_mutex_lock(&v->lock);
-    if (v->failing_ms != 0)
-        snprintf(out, n, "dns %s (resolver failing for %llu s; %s)",
-                 v->names_text,
-                 (unsigned long long)((now_ms() - v->failing_ms) / 1000),
-                 v->have_view ? "last view kept" : "no view yet");
-    else if (v->have_view)
-        snprintf(out, n, "dns %s (%zu addresses)", v->names_text, v->last_n);
-    else
-        snprintf(out, n, "dns %s (resolving)", v->names_text);
-    pthread_mutex_unlock(&v->lock);
+    viewsrc_text(&v->src, out, n);
 }

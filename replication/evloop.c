@@ -82,3 +82,9 @@ void evloop_fini(evloop *l)
     l->base = NULL;
     l->stop_fd = -1;
 }
+
+int evloop_add_ms(struct event *ev, uint32_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    return event_add(ev, &tv);
+}

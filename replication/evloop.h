@@ -16,6 +16,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 struct event;
 struct event_base;
@@ -37,5 +38,8 @@ int evloop_init(evloop *l, void (*on_stop)(void *arg), void *arg);
 int evloop_start(evloop *l);
 void evloop_stop(evloop *l);
 void evloop_fini(evloop *l);
+
+/* Adds ev (a timer) to fire in ms milliseconds; event_add's result. */
+int evloop_add_ms(struct event *ev, uint32_t ms);
 
 #endif /* EVLOOP_H */

@@ -24,6 +24,8 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "evloop.h"
+#include "listspec.h"
 #include "repl_wire.h"
 
 /* =============================================================== client */
@@ -305,9 +307,7 @@ static void client_dial(struct rlink *k)
 
 static void client_tick_arm(struct registry_client *c)
 {
-    struct timeval tv = {(time_t)(c->tick_ms / 1000),
-                         (suseconds_t)(c->tick_ms % 1000) * 1000};
-    event_add(c->tick, &tv);
+    evloop_add_ms(c->tick, c->tick_ms);
 }
 
 static void client_tick(evutil_socket_t fd, short what, void *arg)
@@ -381,27 +381,20 @@ registry_client *registry_client_create(struct event_base *base,
         snprintf(err, nerr, "out of memory");
         goto fail;
     }
-    const char *p = o->registries ? o->registries : "";
-    while (*p) {
-        while (*p == ' ' || *p == ',')
-            p++;
-        if (!*p)
-            break;
-        const char *e = p;
-        while (*e && *e != ',' && *e != ' ')
-            e++;
+    const char *p = o->registries, *item;
+    size_t n;
+    while (listspec_next(&p, &item, &n)) {
         if (c->nlinks == REGISTRY_SERVERS_MAX) {
             snprintf(err, nerr, "more than %d registries",
                      REGISTRY_SERVERS_MAX);
             goto fail;
         }
         struct rlink *k = &c->links[c->nlinks];
-        size_t n = (size_t)(e - p);
         if (n > REGISTRY_ADDR_MAX) {
             snprintf(err, nerr, "registry address too long");
             goto fail;
         }
-        memcpy(k->name, p, n);
+        memcpy(k->name, item, n);
         k->name[n] = '\0';
         k->c = c;
         k->view = calloc(REGISTRY_MEMBERS_MAX, sizeof(*k->view));
@@ -413,7 +406,6 @@ registry_client *registry_client_create(struct event_base *base,
         if (repl_link_resolve("registry", k->name, strlen(k->name), &k->addr,
                               &k->addrlen, err, nerr) != 0)
             goto fail;
-        p = e;
     }
     if (c->nlinks == 0) {
         snprintf(err, nerr, "the registry list is empty");

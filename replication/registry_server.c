@@ -282,9 +282,7 @@ static void server_accept(struct evconnlistener *lis, evutil_socket_t fd,
 
 static void server_tick_arm(struct registry_server *s)
 {
-    struct timeval tv = {(time_t)(s->tick_ms / 1000),
-                         (suseconds_t)(s->tick_ms % 1000) * 1000};
-    event_add(s->tick, &tv);
+    evloop_add_ms(s->tick, s->tick_ms);
 }
 
 /* Drives the directory: probes to send, views to publish. */

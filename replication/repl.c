@@ -31,6 +31,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "listspec.h"
 #include "repl_int.h"
 
 /* ====================================================== clock and rng */
@@ -75,6 +76,9 @@ void repl_options_default(repl_options *o)
     o->dns_names = "";
     o->dns_server = "";
     o->dns_interval_ms = 5000;
+    o->etcd_urls = "";
+    o->etcd_prefix = "/ribltcache/";
+    o->etcd_lease_s = 10;
     registry_timing_default(&o->timing);
     o->replicas = 0;
     o->ring_partitions = RING_DEFAULT_PARTITIONS;
@@ -100,26 +104,19 @@ int repl_peer_parse(struct peer *p, const char *spec, size_t n, char *err,
 static int peers_parse(struct repl *r, const char *list, char *err,
                        size_t nerr)
 {
-    const char *p = list ? list : "";
-    while (*p) {
-        while (*p == ' ' || *p == ',')
-            p++;
-        if (!*p)
-            break;
-        const char *e = p;
-        while (*e && *e != ',' && *e != ' ')
-            e++;
+    const char *p = list, *item;
+    size_t n;
+    while (listspec_next(&p, &item, &n)) {
         if (r->npeers == PEER_MAX) {
             snprintf(err, nerr, "more than %d peers", PEER_MAX);
             return REPL_ERR_CONFIG;
         }
         struct peer *peer = &r->peers[r->npeers];
         peer->r = r;
-        int rc = repl_peer_parse(peer, p, (size_t)(e - p), err, nerr);
+        int rc = repl_peer_parse(peer, item, n, err, nerr);
         if (rc != REPL_OK)
             return rc;
         r->npeers++;
-        p = e;
     }
     return REPL_OK;
 }
@@ -346,6 +343,35 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
         if (!r->dns)
             goto fail;
     }
+    if (o->etcd_urls && o->etcd_urls[0]) {
+        char addr[REGISTRY_ADDR_MAX + 1];
+        if (strcmp(r->listen, "0.0.0.0") == 0 ||
+            strcmp(r->listen, "::") == 0 || strchr(r->listen, ',') != NULL) {
+            snprintf(err, nerr,
+                     "etcd needs repl_listen to be this node's own address "
+                     "(it is what the other nodes dial)");
+            goto fail;
+        }
+        snprintf(addr, sizeof(addr),
+                 strchr(r->listen, ':') ? "[%s]:%u" : "%s:%u", r->listen,
+                 (unsigned)o->port);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        etcdview_options eo = {
+            .urls = o->etcd_urls,
+            .prefix = o->etcd_prefix,
+            .lease_s = o->etcd_lease_s,
+            .node_id = o->node_id,
+            .addr = addr,
+            .weight = o->ring_weight,
+            .incarnation =
+                (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u,
+        };
+        r->etcd = etcdview_create(r->loop.base, &eo, repl_on_etcd_view, r, err,
+                                  nerr);
+        if (!r->etcd)
+            goto fail;
+    }
     tick_arm(r);
     event_add(r->wake, NULL);
     store_set_listener(s, repl_on_change, r);
@@ -373,6 +399,7 @@ void repl_destroy(repl *r)
         repl_conn_free(r->incoming);
     registry_client_destroy(r->reg);
     dnsview_destroy(r->dns);
+    etcdview_destroy(r->etcd);
     while (r->nspare > 0)
         riblt_encoder_destroy(r->spare[--r->nspare]);
     for (size_t i = 0; i < r->qlen; i++)

@@ -22,6 +22,7 @@
 #include <event2/util.h>
 
 #include "dnsview.h"
+#include "etcdview.h"
 #include "evloop.h"
 #include "registry.h"
 #include "repl.h"
@@ -198,6 +199,7 @@ enum peer_origin {
     PEER_STATIC = 0, /* the peers list */
     PEER_REGISTRY,   /* a registry's view (liveness from the registry) */
     PEER_DNS,        /* peers_dns (addresses only; liveness as static) */
+    PEER_ETCD,       /* etcd's records (liveness: the record's lease) */
 };
 
 struct peer {
@@ -269,6 +271,7 @@ struct repl {
     pthread_mutex_t plock;
     registry_client *reg; /* NULL without registries */
     dnsview *dns;         /* NULL without peers_dns */
+    etcdview *etcd;       /* NULL without etcd */
     struct conn *incoming;
     int nincoming;
     /* push queue: filled by worker threads, drained by this thread */
@@ -413,9 +416,11 @@ void repl_peer_free(struct peer *p);
 /* The registry client's callbacks (registry_view_fn, registry_ping_fn). */
 void repl_on_view(void *arg, const registry_member *m, size_t n,
                   const char *source);
-/* peers_dns's views (registry_view_fn). */
+/* peers_dns's and etcd's views (registry_view_fn). */
 void repl_on_dns_view(void *arg, const registry_member *m, size_t n,
                       const char *source);
+void repl_on_etcd_view(void *arg, const registry_member *m, size_t n,
+                       const char *source);
 int repl_on_ping(void *arg, uint32_t target, uint64_t token);
 
 /* =================================================== repl_health.c */

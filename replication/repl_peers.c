@@ -205,6 +205,12 @@ void repl_on_dns_view(void *arg, const registry_member *m, size_t n,
     view_apply(arg, PEER_DNS, m, n, source);
 }
 
+void repl_on_etcd_view(void *arg, const registry_member *m, size_t n,
+                       const char *source)
+{
+    view_apply(arg, PEER_ETCD, m, n, source);
+}
+
 /*
  * An indirect probe (registry_ping_fn): PING target over our connection
  * to it; its PONG comes back through repl_on_reply.

@@ -154,7 +154,7 @@ void repl_ring_refresh(struct repl *r, uint64_t now)
             p->node_id == r->o.node_id || p->client_addrlen == 0 ||
             p->info_partitions != r->P || p->info_replicas != r->o.replicas)
             continue;
-        bool alive = p->origin == PEER_REGISTRY
+        bool alive = p->origin == PEER_REGISTRY || p->origin == PEER_ETCD
                          ? p->member != REGISTRY_DEAD
                          : repl_peer_ready(p) ||
                                (p->down_since_ns != 0 &&

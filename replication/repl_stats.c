@@ -37,6 +37,9 @@ void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg)
         emit(arg, "incarnation", val);
         snprintf(val, sizeof(val), "%u", registry_client_connected(r->reg));
         emit(arg, "registries_connected", val);
+    } else if (r->etcd) {
+        etcdview_source(r->etcd, val, sizeof(val));
+        emit(arg, "membership", val);
     } else if (r->dns) {
         dnsview_source(r->dns, val, sizeof(val));
         emit(arg, "membership", val);
@@ -63,6 +66,7 @@ void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg)
         emit(arg, name,
              p->origin == PEER_REGISTRY ? "registry"
              : p->origin == PEER_DNS    ? "dns"
+             : p->origin == PEER_ETCD   ? "etcd"
                                         : "static");
         snprintf(name, sizeof(name), "peer%d:member", i);
         emit(arg, name, registry_state_name(p->member));

@@ -112,6 +112,21 @@ def count_present(port, keys):
     return present
 
 
+def prefixed_keys(prefix, n):
+    """prefix0 .. prefix<n-1>, as bytes."""
+    return [b"%s%d" % (prefix, i) for i in range(n)]
+
+
+def set_prefixed(node, prefix, n, value=b"v"):
+    """Sets prefix0 .. prefix<n-1> on node (pipelined, noreply)."""
+    pipelined_sets(node.port, prefixed_keys(prefix, n), value)
+
+
+def has_prefixed(node, prefix, n):
+    """True when node holds every one of prefix0 .. prefix<n-1>."""
+    return count_present(node.port, prefixed_keys(prefix, n)) == n
+
+
 # ------------------------------------------------------------------ nodes
 
 

@@ -88,17 +88,8 @@ def tls_cluster(certs, n=3, peers_for=None, ports=None, extra=None):
     return c
 
 
-def set_many(node, prefix, n, value):
-    with node.connect() as s:
-        buf = b"".join(b"set %s%d 0 0 %d noreply\r\n%s\r\n"
-                       % (prefix, i, len(value), value) for i in range(n))
-        s.sendall(buf + b"mn\r\n")
-        cluster.read_to_mn(s)
 
 
-def has_all(node, prefix, n):
-    keys = [b"%s%d" % (prefix, i) for i in range(n)]
-    return cluster.count_present(node.port, keys) == n
 
 
 def recv_lines(sock, n, timeout=20.0):
@@ -114,9 +105,6 @@ def recv_lines(sock, n, timeout=20.0):
     return buf.split(b"\r\n")[:n]
 
 
-def count(node, prefix, n):
-    keys = [b"%s%d" % (prefix, i) for i in range(n)]
-    return cluster.count_present(node.port, keys)
 
 
 class TlsPeers(unittest.TestCase):
@@ -152,10 +140,10 @@ class TlsPeers(unittest.TestCase):
             try:
                 with c:
                     self.assertTrue(c.wait_connected(WAIT), c.logs())
-                    set_many(c[0], b"k", 200, marker)
+                    cluster.set_prefixed(c[0], b"k", 200, marker)
                     for node in c.nodes[1:]:
                         self.assertTrue(
-                            wait_until(lambda: has_all(node, b"k", 200),
+                            wait_until(lambda: cluster.has_prefixed(node, b"k", 200),
                                        WAIT), c.logs())
                     st = c[1].repl_stats()
                     self.assertEqual(st["auth_failures"], "0")
@@ -181,14 +169,14 @@ class TlsPeers(unittest.TestCase):
                 WAIT), c.logs())
             self.assertTrue(wait_until(
                 lambda: reason_here in bad.stderr(), WAIT), c.logs())
-            set_many(good[0], b"g", 100, b"good")
-            set_many(bad, b"b", 100, b"bad")
-            self.assertTrue(wait_until(lambda: has_all(good[2], b"g", 100),
+            cluster.set_prefixed(good[0], b"g", 100, b"good")
+            cluster.set_prefixed(bad, b"b", 100, b"bad")
+            self.assertTrue(wait_until(lambda: cluster.has_prefixed(good[2], b"g", 100),
                                        WAIT), c.logs())
             time.sleep(1.0)  # rounds every 50 ms: plenty of chances
-            self.assertEqual(count(bad, b"g", 100), 0)
+            self.assertEqual(cluster.count_present(bad.port, cluster.prefixed_keys(b"g", 100)), 0)
             for n in good:
-                self.assertEqual(count(n, b"b", 100), 0)
+                self.assertEqual(cluster.count_present(n.port, cluster.prefixed_keys(b"b", 100)), 0)
             st = good[0].repl_stats()
             self.assertGreater(int(st["auth_failures"]), 0)
             self.assertEqual(
@@ -258,8 +246,8 @@ class TlsPeers(unittest.TestCase):
             self.assertTrue(wait_until(
                 lambda: reg.stats("registry").get("members") == "3",
                 WAIT), reg.stderr())
-            set_many(nodes[0], b"r", 100, b"via-registry")
-            self.assertTrue(wait_until(lambda: has_all(nodes[2], b"r", 100),
+            cluster.set_prefixed(nodes[0], b"r", 100, b"via-registry")
+            self.assertTrue(wait_until(lambda: cluster.has_prefixed(nodes[2], b"r", 100),
                                        WAIT),
                             "\n".join(n.stderr()[-2000:] for n in nodes))
         finally:
@@ -313,7 +301,7 @@ class TlsPeers(unittest.TestCase):
             # every node finds every key, relaying (over TLS) what it
             # does not own, also for a client on its notls: listener
             for n in c.nodes:
-                self.assertEqual(count(n, b"relay-", 300), 300)
+                self.assertEqual(cluster.count_present(n.port, cluster.prefixed_keys(b"relay-", 300)), 300)
 
     def test_sighup_reloads_peer_certificates(self):
         with tls_cluster(self.certs, 2, extra={"verbosity": 1}) as c:
@@ -335,8 +323,8 @@ class TlsPeers(unittest.TestCase):
             finally:
                 with open(key, "wb") as f:
                     f.write(saved)
-            set_many(c[0], b"h", 50, b"after-hup")
-            self.assertTrue(wait_until(lambda: has_all(c[1], b"h", 50),
+            cluster.set_prefixed(c[0], b"h", 50, b"after-hup")
+            self.assertTrue(wait_until(lambda: cluster.has_prefixed(c[1], b"h", 50),
                                        WAIT), c.logs())
 
 
