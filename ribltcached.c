@@ -285,6 +285,9 @@ static int root_setup(void *arg, const options *o, store *s,
     ro.etcd_urls = o->etcd ? o->etcd : "";
     ro.etcd_prefix = o->etcd_prefix ? o->etcd_prefix : "/ribltcache/";
     ro.etcd_lease_s = (uint32_t)o->etcd_lease_s;
+    ro.etcd_tls_ca = o->etcd_tls_ca;
+    ro.etcd_tls_cert = o->etcd_tls_cert;
+    ro.etcd_tls_key = o->etcd_tls_key;
     timing_from_options(o, &ro.timing);
     char adv[300] = "";
     if (o->replicas > 0 &&

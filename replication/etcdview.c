@@ -19,10 +19,15 @@
 #include <time.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <json-c/json.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "evloop.h"
 #include "listspec.h"
@@ -32,12 +37,15 @@
 #define ETCD_URLS_MAX 8
 #define ETCD_TIMEOUT_S 3
 #define ETCD_BODY_MAX (1u << 20)
+/* Connections finished within one loop iteration: a handful at most. */
+#define ETCD_DONE_MAX 64
 
 enum req_kind { R_GRANT, R_PUT, R_KEEPALIVE, R_RANGE, R_KINDS };
 
 struct eurl {
     char host[128];
     uint16_t port;
+    bool tls; /* https:// */
 };
 
 struct etcdview {
@@ -47,7 +55,15 @@ struct etcdview {
     char prefix[128], addr[REGISTRY_ADDR_MAX + 1];
     struct eurl urls[ETCD_URLS_MAX];
     int nurls, cur;
-    struct evhttp_connection *conn;  /* to urls[cur] */
+    struct evhttp_connection *conn; /* to urls[cur] (plain HTTP only) */
+    SSL_CTX *tls;                   /* for https:// URLs, NULL without */
+    /* over TLS, the connection of each request in flight */
+    struct evhttp_connection *rconn[R_KINDS];
+    /* connections whose request is over, freed by the reap event on the
+     * next loop iteration (not inside their own callback) */
+    struct evhttp_connection *done[ETCD_DONE_MAX];
+    int ndone;
+    struct event *reap;
     struct evhttp_connection *wconn; /* the watch's own connection */
     struct evhttp_request *watch;    /* open watch, NULL none */
     bool inflight[R_KINDS];
@@ -128,19 +144,77 @@ static void state_failed(etcdview *v, const char *what)
 
 static void on_reply(struct evhttp_request *req, void *arg);
 
+/* Frees the connections retired since the last iteration. */
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    etcdview *v = arg;
+    (void)fd;
+    (void)what;
+    while (v->ndone > 0)
+        evhttp_connection_free(v->done[--v->ndone]);
+}
+
+/* A connection whose request is over: freed on the next iteration. */
+static void retire(etcdview *v, struct evhttp_connection *c)
+{
+    if (v->ndone == ETCD_DONE_MAX)
+        on_reap(-1, 0, v); /* cannot happen: the list is emptied every
+                              iteration */
+    v->done[v->ndone++] = c;
+    struct timeval now = {0, 0};
+    evtimer_add(v->reap, &now);
+}
+
 /* POSTs body to path; the reply comes to on_reply. */
+/*
+ * A connection to urls[cur]. Over TLS each connection has its own TLS
+ * session (SNI and the server's name or address checked against its
+ * certificate) and serves one request: an evhttp connection that
+ * reconnects would reuse a finished session.
+ */
+static struct evhttp_connection *connect_url(etcdview *v)
+{
+    const struct eurl *u = &v->urls[v->cur];
+    if (!u->tls)
+        return evhttp_connection_base_new(v->base, NULL, u->host, u->port);
+    SSL *ssl = SSL_new(v->tls);
+    if (!ssl)
+        return NULL;
+    SSL_set_tlsext_host_name(ssl, u->host);
+    X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
+    if (X509_VERIFY_PARAM_set1_ip_asc(param, u->host) != 1)
+        SSL_set1_host(ssl, u->host);
+    struct bufferevent *bev = bufferevent_openssl_socket_new(
+        v->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+        BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (!bev) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    struct evhttp_connection *c = evhttp_connection_base_bufferevent_new(
+        v->base, NULL, bev, u->host, u->port);
+    if (!c)
+        bufferevent_free(bev);
+    return c;
+}
+
 static void post(etcdview *v, enum req_kind kind, const char *path,
                  const char *body)
 {
     if (v->inflight[kind])
         return;
-    if (!v->conn) {
-        v->conn = evhttp_connection_base_new(
-            v->base, NULL, v->urls[v->cur].host, v->urls[v->cur].port);
-        if (!v->conn)
+    /* Plain HTTP keeps one connection; TLS takes one per request. */
+    bool tls = v->urls[v->cur].tls;
+    struct evhttp_connection *conn = tls ? NULL : v->conn;
+    if (!conn) {
+        conn = connect_url(v);
+        if (!conn)
             return;
-        evhttp_connection_set_timeout(v->conn, ETCD_TIMEOUT_S);
-        evhttp_connection_set_retries(v->conn, 0);
+        evhttp_connection_set_timeout(conn, ETCD_TIMEOUT_S);
+        evhttp_connection_set_retries(conn, 0);
+        if (!tls)
+            v->conn = conn;
     }
     struct call *c = &v->calls[kind];
     c->v = v;
@@ -151,9 +225,16 @@ static void post(etcdview *v, enum req_kind kind, const char *path,
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Host", v->urls[v->cur].host);
     evhttp_add_header(h, "Content-Type", "application/json");
+    if (tls) /* one request a connection: it ends with the reply */
+        evhttp_add_header(h, "Connection", "close");
     evbuffer_add(evhttp_request_get_output_buffer(req), body, strlen(body));
-    if (evhttp_make_request(v->conn, req, EVHTTP_REQ_POST, path) != 0)
+    if (evhttp_make_request(conn, req, EVHTTP_REQ_POST, path) != 0) {
+        if (tls)
+            evhttp_connection_free(conn);
         return; /* the request is freed by evhttp */
+    }
+    if (tls)
+        v->rconn[kind] = conn;
     v->inflight[kind] = true;
 }
 
@@ -207,6 +288,10 @@ static void on_reply(struct evhttp_request *req, void *arg)
     if (v->destroying)
         return;
     v->inflight[kind] = false;
+    if (v->rconn[kind]) {
+        retire(v, v->rconn[kind]);
+        v->rconn[kind] = NULL;
+    }
     static const char *const names[R_KINDS] = {"lease grant", "put",
                                                "lease keepalive", "range"};
     if (!req || evhttp_request_get_response_code(req) != 200) {
@@ -355,7 +440,7 @@ static void on_watch_done(struct evhttp_request *req, void *arg)
         return;
     v->watch = NULL;
     if (v->wconn) {
-        evhttp_connection_free_on_completion(v->wconn);
+        retire(v, v->wconn);
         v->wconn = NULL;
     }
 }
@@ -368,8 +453,7 @@ static void open_watch(etcdview *v)
             v, "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\"}}",
             body, sizeof(body)))
         return;
-    v->wconn = evhttp_connection_base_new(v->base, NULL, v->urls[v->cur].host,
-                                          v->urls[v->cur].port);
+    v->wconn = connect_url(v);
     if (!v->wconn)
         return;
     evhttp_connection_set_retries(v->wconn, 0);
@@ -413,6 +497,43 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* ========================================================= lifecycle */
 
+/* The client context for https:// URLs: etcd's certificate verified
+ * against etcd_tls_ca (or the system's CAs), our certificate presented
+ * when etcd_tls_cert is set (etcd's --client-cert-auth). */
+static SSL_CTX *tls_context(const etcdview_options *o, char *err, size_t nerr)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx) {
+        snprintf(err, nerr, "etcd: cannot create a TLS context");
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    const char *what = NULL, *path = NULL;
+    if (o->tls_ca && o->tls_ca[0]) {
+        if (SSL_CTX_load_verify_locations(ctx, o->tls_ca, NULL) != 1)
+            what = "etcd_tls_ca", path = o->tls_ca;
+    } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        what = "the system's CA certificates", path = "";
+    }
+    if (!what && o->tls_cert && o->tls_cert[0]) {
+        if (SSL_CTX_use_certificate_chain_file(ctx, o->tls_cert) != 1)
+            what = "etcd_tls_cert", path = o->tls_cert;
+        else if (!o->tls_key || SSL_CTX_use_PrivateKey_file(
+                                    ctx, o->tls_key, SSL_FILETYPE_PEM) != 1)
+            what = "etcd_tls_key", path = o->tls_key ? o->tls_key : "(unset)";
+    }
+    if (what) {
+        unsigned long e = ERR_peek_last_error();
+        snprintf(err, nerr, "%s %s: %s", what, path,
+                 e ? ERR_reason_error_string(e) : "cannot be read");
+        ERR_clear_error();
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
 static int parse_urls(etcdview *v, const char *spec, char *err, size_t nerr)
 {
     const char *p = spec, *item;
@@ -426,12 +547,14 @@ static int parse_urls(etcdview *v, const char *spec, char *err, size_t nerr)
         memcpy(one, item, n);
         one[n] = '\0';
         const char *hp = one;
-        if (strncmp(hp, "http://", 7) == 0)
+        bool tls = false;
+        if (strncmp(hp, "http://", 7) == 0) {
             hp += 7;
-        else if (strstr(hp, "://")) {
-            snprintf(err, nerr,
-                     "etcd: '%s': only http:// URLs (TLS to etcd is not "
-                     "supported yet)",
+        } else if (strncmp(hp, "https://", 8) == 0) {
+            hp += 8;
+            tls = true;
+        } else if (strstr(hp, "://")) {
+            snprintf(err, nerr, "etcd: '%s': only http:// and https:// URLs",
                      one);
             return -1;
         }
@@ -442,12 +565,13 @@ static int parse_urls(etcdview *v, const char *spec, char *err, size_t nerr)
         size_t hl = colon ? (size_t)(colon - hp) : 0;
         if (!colon || hl == 0 || hl >= sizeof(u->host) || !end ||
             (*end != '\0' && *end != '/') || port < 1 || port > 65535) {
-            snprintf(err, nerr, "etcd: '%s' is not http://host:port", one);
+            snprintf(err, nerr, "etcd: '%s' is not http[s]://host:port", one);
             return -1;
         }
         memcpy(u->host, hp, hl);
         u->host[hl] = '\0';
         u->port = (uint16_t)port;
+        u->tls = tls;
         v->nurls++;
     }
     if (v->nurls == 0) {
@@ -484,11 +608,15 @@ etcdview *etcdview_create(struct event_base *base, const etcdview_options *o,
     snprintf(v->addr, sizeof(v->addr), "%s", o->addr);
     if (v->o.lease_s < 2)
         v->o.lease_s = 2;
+    for (int i = 0; i < v->nurls; i++)
+        if (v->urls[i].tls && !v->tls && !(v->tls = tls_context(o, err, nerr)))
+            goto fail;
     v->tick_ms = v->o.lease_s * 1000 / 3;
     if (v->tick_ms > 1000)
         v->tick_ms = 1000;
     v->tick = evtimer_new(base, on_tick, v);
-    if (!v->tick) {
+    v->reap = evtimer_new(base, on_reap, v);
+    if (!v->tick || !v->reap) {
         snprintf(err, nerr, "out of memory");
         goto fail;
     }
@@ -507,10 +635,18 @@ void etcdview_destroy(etcdview *v)
     v->destroying = true;
     if (v->tick)
         event_free(v->tick);
+    if (v->reap)
+        event_free(v->reap);
     if (v->wconn)
         evhttp_connection_free(v->wconn);
     if (v->conn)
         evhttp_connection_free(v->conn);
+    for (int k = 0; k < R_KINDS; k++)
+        if (v->rconn[k])
+            evhttp_connection_free(v->rconn[k]);
+    while (v->ndone > 0)
+        evhttp_connection_free(v->done[--v->ndone]);
+    SSL_CTX_free(v->tls); /* connections hold their own references */
     viewsrc_fini(&v->src);
     free(v);
 }

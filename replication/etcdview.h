@@ -14,10 +14,10 @@
  * so; when it answers again, a lease that expired meanwhile is taken
  * anew and the record written again.
  *
- * Transport: etcd's v3 JSON gateway over HTTP/1.1 (libevent's evhttp
- * client on the owner's loop; JSON by json-c; keys and values base64 as
- * the gateway wants them, with libcrypto's codec). Threading: the owner's
- * loop thread only, except etcdview_source.
+ * Transport: etcd's v3 JSON gateway over HTTP/1.1, or HTTPS with a client
+ * certificate (libevent's evhttp client on the owner's loop; JSON by json-c;
+ * keys and values base64 as the gateway wants them, with libcrypto's codec).
+ * Threading: the owner's loop thread only, except etcdview_source.
  */
 #ifndef ETCDVIEW_H
 #define ETCDVIEW_H
@@ -30,13 +30,17 @@
 struct event_base;
 
 typedef struct etcdview_options {
-    const char *urls;     /* "http://host:port[,http://host:port...]" */
+    const char *urls;     /* "http[s]://host:port[,...]" */
     const char *prefix;   /* key prefix, e.g. "/ribltcache/members/" */
     uint32_t lease_s;     /* lease TTL in seconds (>= 2) */
     uint32_t node_id;     /* this node's record */
     const char *addr;     /* its peer address, host:port */
     uint32_t weight;      /* its ring weight (in the record, for people) */
     uint64_t incarnation; /* grows with every start */
+    /* https:// URLs: the CA etcd's certificate must chain to (NULL: the
+     * system's), and our certificate and key for etcd's client
+     * certificate authentication (NULL: none). */
+    const char *tls_ca, *tls_cert, *tls_key;
 } etcdview_options;
 
 typedef struct etcdview etcdview;

@@ -364,6 +364,9 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
             .node_id = o->node_id,
             .addr = addr,
             .weight = o->ring_weight,
+            .tls_ca = o->etcd_tls_ca,
+            .tls_cert = o->etcd_tls_cert,
+            .tls_key = o->etcd_tls_key,
             .incarnation =
                 (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u,
         };

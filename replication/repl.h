@@ -57,11 +57,12 @@ typedef struct repl_options {
     const char *dns_names;
     const char *dns_server;
     uint32_t dns_interval_ms;
-    /* Membership through etcd v3 (etcdview.h): "http://host:port,...",
+    /* Membership through etcd v3 (etcdview.h): "http[s]://host:port,...",
      * the key prefix, the lease in seconds. */
     const char *etcd_urls;
     const char *etcd_prefix;
     uint32_t etcd_lease_s;
+    const char *etcd_tls_ca, *etcd_tls_cert, *etcd_tls_key; /* https:// */
     registry_timing timing; /* heartbeats and probing */
     /*
      * Placement (replicas > 0): the store must have been created with

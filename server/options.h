@@ -242,12 +242,18 @@ enum options_proto {
     X(cluster_secret, 0, "cluster-secret", OPTIONS_SECRET, NULL, 0, 0,        \
       "shared secret peers authenticate with (prefer the config file)")       \
     X(etcd, 0, "etcd", OPTIONS_STR, NULL, 0, 0,                               \
-      "membership through etcd v3: http://host:port[,...] (its JSON "         \
+      "membership through etcd v3: http[s]://host:port[,...] (its JSON "      \
       "gateway)")                                                             \
     X(etcd_prefix, 0, "etcd-prefix", OPTIONS_STR, "/ribltcache/", 0, 0,       \
       "key prefix of the member records in etcd")                             \
     X(etcd_lease_s, 0, "etcd-lease-s", OPTIONS_UINT, "10", 2, 3600,           \
       "seconds a dead node's etcd record outlives it (its lease)")            \
+    X(etcd_tls_ca, 0, "etcd-tls-ca", OPTIONS_STR, NULL, 0, 0,                 \
+      "https:// etcd: CA its certificate must chain to (unset = system's)")   \
+    X(etcd_tls_cert, 0, "etcd-tls-cert", OPTIONS_STR, NULL, 0, 0,             \
+      "https:// etcd: client certificate chain (--client-cert-auth)")         \
+    X(etcd_tls_key, 0, "etcd-tls-key", OPTIONS_STR, NULL, 0, 0,               \
+      "https:// etcd: the client certificate's key")                          \
     X(peers_dns, 0, "peers-dns", OPTIONS_STR, NULL, 0, 0,                     \
       "peers from DNS, name:port[,...]: SRV targets, or A/AAAA addresses "    \
       "with the port, resolved every peers_dns_interval_ms")                  \

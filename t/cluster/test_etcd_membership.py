@@ -11,6 +11,7 @@ wait is bounded.
 
 import os
 import shutil
+import ssl
 import subprocess
 import tempfile
 import time
@@ -25,18 +26,50 @@ LEASE_S = 2
 WAIT = 25.0
 
 
-class Etcd:
-    """One etcd member on 127.0.0.1 with a data directory of its own."""
+def openssl(*args, cwd):
+    subprocess.run(("openssl",) + args, cwd=cwd, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def __init__(self):
+
+def make_certs(d):
+    """A CA, etcd's certificate (for IP 127.0.0.1) and a client one, in
+    d."""
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+          "-nodes")
+    openssl("req", "-x509", *ec, "-days", "2", "-subj", "/CN=etcd-ca",
+            "-keyout", "ca.key", "-out", "ca.crt", cwd=d)
+    for name, ext in (("server", "subjectAltName=IP:127.0.0.1\n"
+                       "extendedKeyUsage=serverAuth,clientAuth\n"),
+                      ("client", "extendedKeyUsage=clientAuth\n")):
+        with open(os.path.join(d, name + ".ext"), "w") as f:
+            f.write(ext)
+        openssl("req", *ec, "-subj", "/CN=" + name, "-keyout",
+                name + ".key", "-out", name + ".csr", cwd=d)
+        openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.crt",
+                "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+                "-extfile", name + ".ext", "-out", name + ".crt", cwd=d)
+
+
+class Etcd:
+    """One etcd member on 127.0.0.1 with a data directory of its own;
+    with tls, its client port is https and wants client certificates."""
+
+    def __init__(self, tls=False):
         self.dir = tempfile.mkdtemp(prefix="ribltcache-etcd.")
         self.client_port, self.peer_port = free_ports(2)
         self.proc = None
         self.log = None
+        self.tls = tls
+        if tls:
+            make_certs(self.dir)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d" % self.client_port
+        return "%s://127.0.0.1:%d" % ("https" if self.tls else "http",
+                                      self.client_port)
 
     def start(self):
         peer = "http://127.0.0.1:%d" % self.peer_port
@@ -47,7 +80,11 @@ class Etcd:
              "--advertise-client-urls", self.url,
              "--listen-peer-urls", peer,
              "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", "t=" + peer],
+             "--initial-cluster", "t=" + peer] + ([
+                 "--cert-file", self.path("server.crt"),
+                 "--key-file", self.path("server.key"),
+                 "--client-cert-auth",
+                 "--trusted-ca-file", self.path("ca.crt")] if self.tls else []),
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
         ok = wait_until(self.healthy, 20.0, 0.1)
         if not ok:
@@ -57,9 +94,14 @@ class Etcd:
     def healthy(self):
         if self.proc.poll() is not None:
             return False
+        ctx = None
+        if self.tls:
+            ctx = ssl.create_default_context(cafile=self.path("ca.crt"))
+            ctx.load_cert_chain(self.path("client.crt"),
+                                self.path("client.key"))
         try:
-            with urllib.request.urlopen(self.url + "/health",
-                                        timeout=1) as r:
+            with urllib.request.urlopen(self.url + "/health", timeout=1,
+                                        context=ctx) as r:
                 return b'"health":"true"' in r.read()
         except OSError:
             return False
@@ -194,15 +236,39 @@ class EtcdMembership(unittest.TestCase):
             "items held %s, want 600 in all\n%s" % (
                 [n.stats()["curr_items"] for n in self.nodes], self.logs()))
 
+    def test_tls_with_client_certificates(self):
+        """etcd on https with --client-cert-auth: nodes with the client
+        certificate join through it; one without is refused by etcd, gets
+        no view and says etcd is not answering."""
+        self.etcd.close()
+        self.etcd = Etcd(tls=True).start()
+        e = self.etcd
+        certs = {"etcd_tls_ca": e.path("ca.crt"),
+                 "etcd_tls_cert": e.path("client.crt"),
+                 "etcd_tls_key": e.path("client.key")}
+        n1, n2 = self.add(1, certs), self.add(2, certs)
+        self.assertTrue(wait_until(lambda: self.all_see([n1, n2], {1, 2}),
+                                   WAIT), self.logs())
+        cluster.set_prefixed(n1, b"t", 100)
+        self.assertTrue(wait_until(lambda: cluster.has_prefixed(n2, b"t", 100),
+                                   WAIT))
+        n3 = self.add(3, {"etcd_tls_ca": e.path("ca.crt")})
+        self.assertTrue(wait_until(
+            lambda: "not answering" in view(n3)[1], WAIT), view(n3)[1])
+        self.assertIn("no view yet", view(n3)[1])
+        time.sleep(1.0)
+        self.assertEqual(view(n3)[0], {})
+        self.assertNotIn(3, view(n1)[0])
+
     def test_bad_url_refuses_to_start(self):
         cp, pp = free_ports(2)
         node = Node({"tcpport": cp, "inter": "127.0.0.1", "node_id": 1,
                      "repl_port": pp, "repl_listen": "127.0.0.1",
                      "peers": "", "cluster_secret": cluster.SECRET,
-                     "etcd": "https://127.0.0.1:1"}, "badurl")
+                     "etcd": "grpc://127.0.0.1:1"}, "badurl")
         with self.assertRaises(RuntimeError) as cm:
             node.start()
-        self.assertIn("only http:// URLs", str(cm.exception))
+        self.assertIn("only http:// and https:// URLs", str(cm.exception))
 
 
 if __name__ == "__main__":

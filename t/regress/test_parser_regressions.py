@@ -108,7 +108,9 @@ class ParserRegressions(unittest.TestCase):
         self.rss = self.srv.rss_kb()
 
     def tearDown(self):
-        self.assertTrue(self.srv.alive(), "the server died")
+        self.assertTrue(self.srv.alive(), "the server died (exit status "
+                        "%s):\n%s" % (self.srv.proc.poll(),
+                                       self.srv.stderr()[-3000:]))
         reply = self.srv.request(b"version\r\n")
         self.assertTrue(reply.startswith(b"VERSION ") and
                         reply.endswith(b"\r\n"), reply)
