@@ -620,8 +620,7 @@ etcdview *etcdview_create(struct event_base *base, const etcdview_options *o,
         snprintf(err, nerr, "out of memory");
         goto fail;
     }
-    struct timeval now = {0, 0};
-    evtimer_add(v->tick, &now);
+    evloop_add_ms(v->tick, 0); /* the first pass at once */
     return v;
 fail:
     etcdview_destroy(v);

@@ -74,6 +74,16 @@ void evloop_fini(evloop *l)
 {
     if (l->stop_ev)
         event_free(l->stop_ev);
+    /*
+     * One last pass over what libevent itself still has queued: a
+     * bufferevent freed while a deferred callback of its own was pending
+     * (a connect that succeeded at once, say) is referenced by that
+     * callback until it runs, and event_base_free drops such callbacks
+     * without running them. The owner's events are gone by now, so only
+     * libevent's own run.
+     */
+    if (l->base)
+        event_base_loop(l->base, EVLOOP_NONBLOCK);
     if (l->base)
         event_base_free(l->base);
     if (l->stop_fd >= 0)

@@ -511,6 +511,16 @@ static void up_connected(upstream *u)
     up_arm_timer(u);
 }
 
+/* Everything is written: stop waiting for writability. Returns 0. */
+static int up_flushed(upstream *u)
+{
+    if (u->writing) {
+        event_del(&u->wev);
+        u->writing = false;
+    }
+    return 0;
+}
+
 /* TLS: writes what u has pending, a record at a time (OpenSSL takes one
  * contiguous buffer). Returns -1 when the upstream was closed. */
 static int up_flush_tls(upstream *u)
@@ -536,11 +546,7 @@ static int up_flush_tls(upstream *u)
         up_fail(u);
         return -1;
     }
-    if (u->writing) {
-        event_del(&u->wev);
-        u->writing = false;
-    }
-    return 0;
+    return up_flushed(u);
 }
 
 /* Writes what u has pending. Returns -1 when the upstream was closed. */
@@ -560,11 +566,7 @@ static int up_flush(upstream *u)
         up_fail(u);
         return -1;
     }
-    if (u->writing) {
-        event_del(&u->wev);
-        u->writing = false;
-    }
-    return 0;
+    return up_flushed(u);
 }
 
 static void up_write_cb(evutil_socket_t fd, short what, void *arg)

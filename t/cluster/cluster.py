@@ -127,6 +127,20 @@ def has_prefixed(node, prefix, n):
     return count_present(node.port, prefixed_keys(prefix, n)) == n
 
 
+def peers_of(node, origin):
+    """The peers of a node's `stats replication` that came from origin
+    (static, registry, dns, etcd), as dicts of their fields (addr,
+    node_id, state, ...), and the node's membership line."""
+    st = node.repl_stats()
+    rows = {}
+    for k, v in st.items():
+        if k.startswith("peer") and ":" in k:
+            idx, field = k.split(":", 1)
+            rows.setdefault(idx, {})[field] = v
+    return ([r for r in rows.values() if r.get("origin") == origin],
+            st.get("membership", ""))
+
+
 # ------------------------------------------------------------------ nodes
 
 

@@ -80,14 +80,10 @@ class Dnsmasq:
 
 
 def peers(node):
-    """{peer address: state} of the dns-origin peers of a node."""
-    st = node.repl_stats()
-    out = {}
-    for k, v in st.items():
-        if k.startswith("peer") and k.endswith(":origin") and v == "dns":
-            i = k[:-len(":origin")]
-            out[st[i + ":addr"]] = st[i + ":state"]
-    return out, st.get("membership", "")
+    """{peer address: state} of the dns-origin peers of a node, and its
+    membership line."""
+    rows, membership = cluster.peers_of(node, "dns")
+    return {r["addr"]: r["state"] for r in rows}, membership
 
 
 

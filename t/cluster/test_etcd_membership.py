@@ -5,8 +5,9 @@ Three nodes join through it and converge; a node killed with SIGKILL
 leaves every view within its lease; etcd stopped while writes go on: the
 nodes keep their view, say so, and keep replicating, and register again
 when it is back; a fourth node joins a running cluster and catches up;
-the same cluster at replicas = 2 builds its ring from etcd's view. Every
-wait is bounded.
+the same cluster at replicas = 2 builds its ring from etcd's view, and
+re-replicates a SIGKILLed node's keys once its lease runs out. Every wait
+is bounded.
 """
 
 import os
@@ -121,14 +122,9 @@ class Etcd:
 
 
 def view(node):
-    """{node id: state} of a node's etcd peers, and its membership text."""
-    st = node.repl_stats()
-    out = {}
-    for k, v in st.items():
-        if k.startswith("peer") and k.endswith(":origin") and v == "etcd":
-            i = k[:-len(":origin")]
-            out[int(st[i + ":node_id"])] = st[i + ":state"]
-    return out, st.get("membership", "")
+    """{node id: state} of a node's etcd peers, and its membership line."""
+    rows, membership = cluster.peers_of(node, "etcd")
+    return {int(r["node_id"]): r["state"] for r in rows}, membership
 
 
 
@@ -235,6 +231,22 @@ class EtcdMembership(unittest.TestCase):
                         for n in self.nodes) == 2 * 300, WAIT),
             "items held %s, want 600 in all\n%s" % (
                 [n.stats()["curr_items"] for n in self.nodes], self.logs()))
+        # SIGKILL one: its lease runs out, the ring shrinks to two, and
+        # the survivors hold every key twice between them again
+        victim = self.nodes.pop()
+        victim.sigkill()
+        victim.close()
+        live = self.nodes
+        self.assertTrue(wait_until(lambda: all(
+            n.stats("ring").get("ring_members") == "2" for n in live),
+            LEASE_S + WAIT), self.logs())
+        for n in live:
+            self.assertTrue(wait_until(
+                lambda: cluster.has_prefixed(n, b"r", 300), WAIT),
+                self.logs())
+        self.assertTrue(wait_until(
+            lambda: sum(int(n.stats()["curr_items"]) for n in live) == 600,
+            WAIT), [n.stats()["curr_items"] for n in live])
 
     def test_tls_with_client_certificates(self):
         """etcd on https with --client-cert-auth: nodes with the client
