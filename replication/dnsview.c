@@ -345,7 +345,8 @@ dnsview *dnsview_create(struct event_base *base, const dnsview_options *o,
         return NULL;
     }
     v->base = base;
-    viewsrc_init(&v->src, "dns", o->names, "addresses", on_view, arg);
+    viewsrc_init(&v->src, "dns", o->names, "address", "addresses", on_view,
+                 arg);
     v->interval_ms = o->interval_ms < 100 ? 100 : o->interval_ms;
     if (parse_names(v, o->names, err, nerr) != 0)
         goto fail;

@@ -591,7 +591,7 @@ etcdview *etcdview_create(struct event_base *base, const etcdview_options *o,
         return NULL;
     }
     v->base = base;
-    viewsrc_init(&v->src, "etcd", o->urls, "members", on_view, arg);
+    viewsrc_init(&v->src, "etcd", o->urls, "member", "members", on_view, arg);
     v->o = *o;
     if (parse_urls(v, o->urls, err, nerr) != 0)
         goto fail;

@@ -20,12 +20,14 @@ static uint64_t now_ms(void)
 }
 
 void viewsrc_init(viewsrc *s, const char *kind, const char *name,
-                  const char *unit, registry_view_fn on_view, void *arg)
+                  const char *unit, const char *units,
+                  registry_view_fn on_view, void *arg)
 {
     memset(s, 0, sizeof(*s));
     snprintf(s->kind, sizeof(s->kind), "%s", kind);
     snprintf(s->name, sizeof(s->name), "%s", name ? name : "");
     s->unit = unit;
+    s->units = units;
     s->on_view = on_view;
     s->arg = arg;
     pthread_mutex_init(&s->lock, NULL);
@@ -87,7 +89,7 @@ void viewsrc_text(viewsrc *s, char *out, size_t n)
                  s->have_view ? "last view kept" : "no view yet");
     else if (s->have_view)
         snprintf(out, n, "%s %s (%zu %s)", s->kind, s->name, s->last_n,
-                 s->unit);
+                 s->last_n == 1 ? s->unit : s->units);
     else
         snprintf(out, n, "%s %s (starting)", s->kind, s->name);
     pthread_mutex_unlock(&s->lock);

@@ -23,9 +23,9 @@
 typedef struct viewsrc {
     registry_view_fn on_view;
     void *arg;
-    char kind[8];     /* "dns", "etcd" */
-    char name[160];   /* the names or URLs, as configured */
-    const char *unit; /* what a view counts: "addresses", "members" */
+    char kind[8];             /* "dns", "etcd" */
+    char name[160];           /* the names or URLs, as configured */
+    const char *unit, *units; /* what a view counts: "member", "members" */
     uint64_t fail_logged_ms;
     pthread_mutex_t lock; /* guards what viewsrc_text reads */
     uint64_t failing_ms;  /* since when it does not answer (0: it does) */
@@ -34,7 +34,8 @@ typedef struct viewsrc {
 } viewsrc;
 
 void viewsrc_init(viewsrc *s, const char *kind, const char *name,
-                  const char *unit, registry_view_fn on_view, void *arg);
+                  const char *unit, const char *units,
+                  registry_view_fn on_view, void *arg);
 void viewsrc_fini(viewsrc *s);
 
 /* A view: the source answers; the owner gets the view. */
