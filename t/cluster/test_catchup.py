@@ -109,6 +109,11 @@ class CatchUp(unittest.TestCase):
                 caught = wait_until(done, LOAD_SECONDS + 5, interval=0.1)
                 took = time.monotonic() - t0
                 still_loading = load.running
+                # The sample is back; the last few of the rest may still
+                # be in the round's final batch: every one must follow
+                # (bounded), none may be lost.
+                wait_until(lambda: count_present(cl[2].port, missed) ==
+                           MISSED, 10, interval=0.1)
                 have = count_present(cl[2].port, missed)
                 load.stop_flag.set()
                 load.join(LOAD_SECONDS + 5)
