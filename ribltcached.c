@@ -124,36 +124,22 @@ static int advertise_address(const options *o, char *out, size_t n, char *err,
         snprintf(out, n, "%s", o->advertise);
         return 0;
     }
-    /* The first -l address: [notls:]host, host:port, [v6]:port or v6. */
-    char host[256];
-    const char *first = o->inter;
-    if (strncmp(first, "notls:", 6) == 0) {
-        first += 6;
+    /* The first -l address, split as the daemon splits it. */
+    char first[256];
+    size_t k = strcspn(o->inter, ",; ");
+    if (k >= sizeof(first)) {
+        k = sizeof(first) - 1;
     }
-    size_t k = strcspn(first, ",; ");
-    if (k >= sizeof(host)) {
-        k = sizeof(host) - 1;
-    }
-    memcpy(host, first, k);
-    host[k] = '\0';
-    unsigned port = (unsigned)o->tcpport;
-    char *colon = strrchr(host, ':');
-    if (host[0] == '[') {
-        char *close = strchr(host, ']');
-        if (close != NULL && close[1] == ':') {
-            port = (unsigned)strtoul(close + 2, NULL, 10);
-        }
-        if (close != NULL) {
-            *close = '\0';
-        }
-        memmove(host, host + 1, strlen(host));
-    } else if (colon != NULL && strchr(host, ':') == colon) {
-        port = (unsigned)strtoul(colon + 1, NULL, 10);
-        *colon = '\0';
-    }
-    if (port == 0 || o->domain_socket != NULL || host[0] == '\0' ||
-        strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 ||
-        strcmp(host, "*") == 0) {
+    memcpy(first, o->inter, k);
+    first[k] = '\0';
+    bool notls;
+    char *port_text;
+    char *host = options_listen_entry(first, &notls, &port_text);
+    unsigned port = port_text != NULL ? (unsigned)strtoul(port_text, NULL, 10)
+                                      : (unsigned)o->tcpport;
+    if (host == NULL || port == 0 || o->domain_socket != NULL ||
+        host[0] == '\0' || strcmp(host, "0.0.0.0") == 0 ||
+        strcmp(host, "::") == 0 || strcmp(host, "*") == 0) {
         snprintf(err, nerr,
                  "replicas > 0 needs advertise = host:port (the "
                  "client address other nodes relay to)");

@@ -10,8 +10,6 @@
  */
 #include "dnsview.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -149,22 +147,9 @@ static void collect(dnsview *v, const struct ares_addrinfo *ai)
 {
     for (const struct ares_addrinfo_node *n = ai ? ai->nodes : NULL; n;
          n = n->ai_next) {
-        char host[INET6_ADDRSTRLEN], addr[REGISTRY_ADDR_MAX + 1];
-        if (n->ai_family == AF_INET) {
-            const struct sockaddr_in *a = (const void *)n->ai_addr;
-            if (!inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host)))
-                continue;
-            snprintf(addr, sizeof(addr), "%s:%u", host,
-                     (unsigned)ntohs(a->sin_port));
-        } else if (n->ai_family == AF_INET6) {
-            const struct sockaddr_in6 *a = (const void *)n->ai_addr;
-            if (!inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host)))
-                continue;
-            snprintf(addr, sizeof(addr), "[%s]:%u", host,
-                     (unsigned)ntohs(a->sin6_port));
-        } else {
+        char addr[REGISTRY_ADDR_MAX + 1];
+        if (!log_addr(n->ai_addr, n->ai_addrlen, addr, sizeof(addr)))
             continue;
-        }
         bool dup = false;
         for (size_t i = 0; i < v->ngot && !dup; i++)
             dup = strcmp(v->got[i].addr, addr) == 0;

@@ -7,7 +7,6 @@
 #define _GNU_SOURCE
 #include "repl_link.h"
 
-#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -24,6 +23,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "log.h"
 #include "repl_tls.h"
 
 /* Frame cap while the handshake runs: its frames are 32 to 36 bytes. */
@@ -349,20 +349,8 @@ static void note_addr(repl_link *l, evutil_socket_t fd)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
-    char host[INET6_ADDRSTRLEN];
-    char *buf = l->addr;
-    size_t n = sizeof(l->addr);
-    if (fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &len) != 0)
-        return;
-    if (ss.ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
-        if (inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host)))
-            snprintf(buf, n, "%s:%u", host, (unsigned)ntohs(a->sin_port));
-    } else if (ss.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
-        if (inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host)))
-            snprintf(buf, n, "[%s]:%u", host, (unsigned)ntohs(a->sin6_port));
-    }
+    if (fd >= 0 && getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
+        log_addr((const struct sockaddr *)&ss, len, l->addr, sizeof(l->addr));
 }
 
 /* ============================================================ reading */

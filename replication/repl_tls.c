@@ -182,16 +182,10 @@ SSL *repl_tls_new_ssl(repl_tls *t)
     return ssl;
 }
 
-int repl_tls_peer_id(SSL *ssl, uint32_t *node)
-{
-    X509 *x = SSL_get0_peer_certificate(ssl);
-    return cert_id(x, node);
-}
-
 bool repl_tls_id_ok(SSL *ssl, uint32_t announced, char *why, size_t nwhy)
 {
     uint32_t cert = 0;
-    if (repl_tls_peer_id(ssl, &cert) != 0) {
+    if (cert_id(SSL_get0_peer_certificate(ssl), &cert) != 0) {
         snprintf(why, nwhy,
                  "its certificate names no node (common name is not "
                  "\"" REPL_TLS_NODE_PREFIX "<id>\" or "

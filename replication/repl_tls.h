@@ -62,13 +62,6 @@ void repl_tls_destroy(repl_tls *t);
 struct ssl_st *repl_tls_new_ssl(repl_tls *t);
 
 /*
- * Reads the identity in the other side's certificate after a handshake:
- * *node is its node id, or 0 for a registry certificate. Returns 0, or -1
- * when there is no certificate or its name is neither form.
- */
-int repl_tls_peer_id(struct ssl_st *ssl, uint32_t *node);
-
-/*
  * True when a link whose other side announced `announced` may go on:
  * with a node certificate the ids must be equal; id 0 (a registry) is
  * allowed any cluster certificate. Writes the reason for a refusal into

@@ -287,40 +287,20 @@ static void add_listener(struct evconnlistener *l)
 }
 
 /*
- * Splits one -l entry as memcached reads it: [notls:]host[:port], where an
- * IPv6 host with a port is bracketed ([::1]:11211) and a bare IPv6 address
- * (more than one ':') is a host alone. Sets *tls (the listener speaks TLS)
- * and *port (NULL = -p's). Returns the host, or NULL when malformed.
+ * Splits one -l entry (options_listen_entry). Sets *tls (the listener
+ * speaks TLS) and *port (NULL = -p's). Returns the host, or NULL when
+ * malformed.
  */
 static char *split_listen(char *entry, bool *tls, char **port)
 {
-    static const char notls[] = "notls:";
-    *tls = d.opts.ssl_enabled;
-    *port = NULL;
-    if (strncmp(entry, notls, sizeof(notls) - 1) == 0) {
-        if (!d.opts.ssl_enabled) {
-            die(EXIT_STARTUP, "-l %s: notls: is valid only with -Z", entry);
-        }
-        *tls = false;
-        entry += sizeof(notls) - 1;
+    static const char notls[] = OPTIONS_NOTLS_PREFIX;
+    if (!d.opts.ssl_enabled && strncmp(entry, notls, sizeof(notls) - 1) == 0) {
+        die(EXIT_STARTUP, "-l %s: notls: is valid only with -Z", entry);
     }
-    if (entry[0] == '[') {
-        char *close = strchr(entry, ']');
-        if (close == NULL || (close[1] != '\0' && close[1] != ':')) {
-            return NULL;
-        }
-        if (close[1] == ':') {
-            *port = close + 2;
-        }
-        *close = '\0';
-        return entry + 1;
-    }
-    char *colon = strchr(entry, ':');
-    if (colon != NULL && strchr(colon + 1, ':') == NULL) {
-        *colon = '\0';
-        *port = colon + 1;
-    }
-    return entry;
+    bool plain;
+    char *host = options_listen_entry(entry, &plain, port);
+    *tls = d.opts.ssl_enabled && !plain;
+    return host;
 }
 
 /* Binds every address of the comma-separated -l list. */

@@ -5,7 +5,9 @@
 #define _GNU_SOURCE
 #include "log.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -101,5 +103,31 @@ bool log_limit_pass(log_limit *l, uint64_t interval_ms, uint32_t *held)
     if (held)
         *held = l->held;
     l->held = 0;
+    return true;
+}
+
+bool log_addr(const struct sockaddr *sa, size_t salen, char *out, size_t n)
+{
+    const void *ip;
+    unsigned port;
+    bool v6 = sa->sa_family == AF_INET6;
+    if (sa->sa_family == AF_INET && salen >= sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *a = (const void *)sa;
+        ip = &a->sin_addr;
+        port = ntohs(a->sin_port);
+    } else if (v6 && salen >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *a = (const void *)sa;
+        ip = &a->sin6_addr;
+        port = ntohs(a->sin6_port);
+    } else {
+        return false;
+    }
+    char host[INET6_ADDRSTRLEN], tmp[INET6_ADDRSTRLEN + 10];
+    if (!inet_ntop(sa->sa_family, ip, host, sizeof(host)))
+        return false;
+    int w = snprintf(tmp, sizeof(tmp), v6 ? "[%s]:%u" : "%s:%u", host, port);
+    if (w < 0 || (size_t)w >= n)
+        return false;
+    memcpy(out, tmp, (size_t)w + 1);
     return true;
 }

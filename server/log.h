@@ -13,7 +13,10 @@
 #define RIBLTCACHE_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+struct sockaddr;
 
 enum log_level {
     LOG_LEVEL_ERROR = 0,
@@ -63,5 +66,12 @@ typedef struct log_limit {
 } log_limit;
 
 bool log_limit_pass(log_limit *l, uint64_t interval_ms, uint32_t *held);
+
+/*
+ * Writes a TCP address the way log lines and peer lists give one:
+ * "1.2.3.4:5" or "[::1]:5". Returns false, writing nothing, for another
+ * family, a short salen or a buffer too small.
+ */
+bool log_addr(const struct sockaddr *sa, size_t salen, char *out, size_t n);
 
 #endif

@@ -1072,3 +1072,30 @@ const char *options_strerror(int rc)
         return "unknown error";
     }
 }
+
+char *options_listen_entry(char *entry, bool *notls, char **port)
+{
+    static const char prefix[] = OPTIONS_NOTLS_PREFIX;
+    *notls = strncmp(entry, prefix, sizeof(prefix) - 1) == 0;
+    *port = NULL;
+    if (*notls) {
+        entry += sizeof(prefix) - 1;
+    }
+    if (entry[0] == '[') {
+        char *close = strchr(entry, ']');
+        if (close == NULL || (close[1] != '\0' && close[1] != ':')) {
+            return NULL;
+        }
+        if (close[1] == ':') {
+            *port = close + 2;
+        }
+        *close = '\0';
+        return entry + 1;
+    }
+    char *colon = strchr(entry, ':');
+    if (colon != NULL && strchr(colon + 1, ':') == NULL) {
+        *colon = '\0';
+        *port = colon + 1;
+    }
+    return entry;
+}

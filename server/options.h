@@ -409,6 +409,18 @@ int options_set(options *o, const char *name, const char *value, char *err,
 /* Checks combinations (e.g. -U must be 0, -S needs sasl_file). */
 int options_validate(const options *o, char *err, size_t errlen);
 
+/* The prefix that keeps one -l address plain while -Z is on. */
+#define OPTIONS_NOTLS_PREFIX "notls:"
+
+/*
+ * Splits one -l entry in place as memcached reads it:
+ * [notls:]host[:port], where an IPv6 host with a port is bracketed
+ * ([::1]:11211) and a bare IPv6 address (more than one ':') is a host
+ * alone. Sets *notls (the prefix was there) and *port (NULL: -p's).
+ * Returns the host, or NULL when the brackets are malformed.
+ */
+char *options_listen_entry(char *entry, bool *notls, char **port);
+
 /* Prints usage and every option with its default to f. */
 void options_print_help(FILE *f, const char *prog);
 

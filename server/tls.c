@@ -7,7 +7,6 @@
  */
 #include "tls.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -33,21 +32,6 @@ struct tls_server {
 };
 
 static const char session_context[] = "ribltcached";
-
-const char *tls_version_name(int min_version)
-{
-    switch (min_version) {
-    case 0:
-        return "tlsv1";
-    case 1:
-        return "tlsv1.1";
-    case 2:
-        return "tlsv1.2";
-    case 3:
-        return "tlsv1.3";
-    }
-    return "unknown";
-}
 
 static int proto_version(int min_version)
 {
@@ -327,19 +311,7 @@ static void log_handshake_error(SSL *ssl, int err)
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     if (getpeername(SSL_get_fd(ssl), (struct sockaddr *)&ss, &sl) == 0) {
-        char host[INET6_ADDRSTRLEN];
-        if (ss.ss_family == AF_INET &&
-            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host,
-                      sizeof(host)) != NULL) {
-            snprintf(addr, sizeof(addr), "%s:%u", host,
-                     ntohs(((struct sockaddr_in *)&ss)->sin_port));
-        } else if (ss.ss_family == AF_INET6 &&
-                   inet_ntop(AF_INET6,
-                             &((struct sockaddr_in6 *)&ss)->sin6_addr, host,
-                             sizeof(host)) != NULL) {
-            snprintf(addr, sizeof(addr), "[%s]:%u", host,
-                     ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
-        }
+        log_addr((const struct sockaddr *)&ss, sl, addr, sizeof(addr));
     }
     unsigned long e = ERR_peek_last_error();
     const char *why = e ? ERR_reason_error_string(e) : NULL;

@@ -72,9 +72,6 @@ void tls_server_destroy(tls_server *ts);
 void tls_server_get_stats(const tls_server *ts, tls_server_stats *st);
 bool tls_server_session_cache(const tls_server *ts);
 
-/* Human-readable name of a min_version setting ("tlsv1.2", ...). */
-const char *tls_version_name(int min_version);
-
 /* ---------------------------------------------------------- connections */
 
 /* One connection's TLS state (OpenSSL's SSL object). */

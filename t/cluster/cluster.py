@@ -141,6 +141,25 @@ def peers_of(node, origin):
             st.get("membership", ""))
 
 
+def close_nodes(nodes):
+    """Stops every node of the list; raises, once all are stopped, if one
+    reported a sanitizer error."""
+    errors = []
+    for node in nodes:
+        try:
+            node.close()
+        except AssertionError as e:
+            errors.append(str(e))
+    if errors:
+        raise AssertionError("\n".join(errors))
+
+
+def logs_of(nodes, tail=4000):
+    """The end of every node's log, each under its name."""
+    return "\n".join("--- %s\n%s" % (n.name, n.stderr()[-tail:])
+                     for n in nodes)
+
+
 # ------------------------------------------------------------------ nodes
 
 
@@ -266,15 +285,8 @@ class Cluster:
 
     def close(self):
         """Stops every node; raises if one reported a sanitizer error."""
-        errors = []
-        for node in self.nodes:
-            try:
-                node.close()
-            except AssertionError as e:
-                errors.append(str(e))
-        self.nodes = []
-        if errors:
-            raise AssertionError("\n".join(errors))
+        nodes, self.nodes = self.nodes, []
+        close_nodes(nodes)
 
     def __enter__(self):
         return self.start()
@@ -286,8 +298,7 @@ class Cluster:
         return self.nodes[i]
 
     def logs(self):
-        return "\n".join("--- %s\n%s" % (n.name, n.stderr()[-4000:])
-                         for n in self.nodes)
+        return logs_of(self.nodes)
 
     def wait_connected(self, timeout=20.0):
         """Waits until every node has an authenticated connection to

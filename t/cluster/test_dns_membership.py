@@ -96,20 +96,14 @@ class DnsMembership(unittest.TestCase):
         self.dns = None
 
     def tearDown(self):
-        errors = []
-        for n in self.nodes:
-            try:
-                n.close()
-            except AssertionError as e:
-                errors.append(str(e))
-        if self.dns:
-            self.dns.close()
-        if errors:
-            raise AssertionError("\n".join(errors))
+        try:
+            cluster.close_nodes(self.nodes)
+        finally:
+            if self.dns:
+                self.dns.close()
 
     def logs(self):
-        return "\n".join("--- %s\n%s" % (n.name, n.stderr()[-2500:])
-                         for n in self.nodes)
+        return cluster.logs_of(self.nodes, 2500)
 
     def node(self, i, client_port, peer_port, names, listen=None):
         return Node({

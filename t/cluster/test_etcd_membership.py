@@ -137,19 +137,13 @@ class EtcdMembership(unittest.TestCase):
         self.nodes = []
 
     def tearDown(self):
-        errors = []
-        for n in self.nodes:
-            try:
-                n.close()
-            except AssertionError as e:
-                errors.append(str(e))
-        self.etcd.close()
-        if errors:
-            raise AssertionError("\n".join(errors))
+        try:
+            cluster.close_nodes(self.nodes)
+        finally:
+            self.etcd.close()
 
     def logs(self):
-        return "\n".join("--- %s\n%s" % (n.name, n.stderr()[-2500:])
-                         for n in self.nodes)
+        return cluster.logs_of(self.nodes, 2500)
 
     def add(self, node_id, extra=None):
         cp, pp = free_ports(2)
