@@ -249,6 +249,9 @@ static void emit_general(stats_emit_fn emit, void *arg)
     emit_u64(emit, arg, "log_watcher_sent", ws.sent);
     emit_u64(emit, arg, "log_watchers", ws.watchers);
     emit_u64(emit, arg, "hash_power_level", ss.hash_power_level);
+    emit_u64(emit, arg, "hash_bytes", ss.hash_bytes);
+    emit_u64(emit, arg, "item_page_bytes", ss.item_page_bytes);
+    emit_u64(emit, arg, "item_chunk_bytes", ss.item_chunk_bytes);
     emit_u64(emit, arg, "bytes", ss.bytes);
     emit_u64(emit, arg, "curr_items", ss.curr_items);
     emit_u64(emit, arg, "total_items", ss.total_items);

@@ -110,8 +110,9 @@
  * in which a node learnt of the flush and of the older writes, and cannot
  * come back, while every newer mutation is kept everywhere.
  *
- * Eviction is local. When a write needs room (memory_limit, less the
- * record table), the clock evicts a VALUE item. What that leaves depends
+ * Eviction is local. When a write needs room under memory_limit (which
+ * counts items, the key table's buckets and the records held), the clock
+ * evicts a VALUE item. What that leaves depends
  * on whether the node replicates (store_options.evict_record_bytes):
  *   - without a record table (a node without peers): nothing; the value and
  *     its mutation are gone, as in memcached.
@@ -125,20 +126,23 @@
  *     record; any newer write, delete or flush wins over it as over the
  *     value. A peer that lacks the mutation altogether receives the record
  *     (keyless, by id) rather than nothing, so that it agrees too.
- * The record table has a fixed size. When it is full, its oldest record
- * goes, and becomes a drop (STORE_KIND_DROP): a keyless mutation one tick
- * newer than the record, in the drops' own table (a quarter of the
- * entries). A drop is in the set like any mutation, so rounds take it to
- * every peer, where it beats the value it names (the cluster-wide drop,
- * the one case where an eviction reaches other nodes: when a node's record
- * space runs out). A drop leaves every set DROP_GRACE seconds after it was
- * written. A full drops' table lets its oldest drop go early; a peer may
- * then refill that value once, which a cache may do. Records and drops are
- * not reported to the listener (no push): rounds carry them.
- * Tombstones and flushes are never evicted: when only they are left and
+ * The record table has a fixed capacity (evict_record_bytes); a record is
+ * counted against the limit while it is held, not before. When the table
+ * is full, its oldest record goes, and becomes a drop (STORE_KIND_DROP): a
+ * keyless mutation one tick newer than the record, in the drops' own table
+ * (a sixteenth of the capacity to start with, reserved). A drop is in the set
+ * like any mutation, so rounds take it to every peer, where it beats the value
+ * it names (the cluster-wide drop, the one case where an eviction reaches
+ * other nodes: when a node's record space runs out). A drop leaves every set
+ * DROP_GRACE seconds after it was written. A full drops' table lets its oldest
+ * drop go early; a peer may then refill that value once, which a cache may do.
+ * Records and drops are not reported to the listener (no push): rounds carry
+ * them. Tombstones and flushes are never evicted: when only they are left and
  * there is still no room, the write fails with STORE_ERR_NOMEM. Memory is
- * accounted by each item's real allocation size when it is linked and
- * unlinked; the room check runs before the key's lock is taken, so
+ * accounted by each item's real allocation size (chunk.c's class, or the
+ * general allocator's above CHUNK_MAX) when it is linked and unlinked, by
+ * the key table's buckets when a stripe grows, and by EVREC_ENTRY_BYTES a
+ * record held; the room check runs before the key's lock is taken, so
  * concurrent writers may overshoot the limit by at most one item each, and
  * writes whose size depends on the held item (append, prepend, incr,
  * touch) trim the store after they complete.
@@ -159,6 +163,7 @@
 #define _GNU_SOURCE
 #include "store.h"
 
+#include "chunk.h"
 #include "evrec.h"
 
 #include <errno.h>
@@ -446,9 +451,11 @@ struct store {
     _Atomic size_t nrecs;        /* entries of both, for a lock-free "none" */
     uint64_t rec_evicted;        /* STORE_KIND_EVICTED entries; rec_lock */
     uint64_t rec_drops;          /* STORE_KIND_DROP entries; rec_lock */
+    size_t rec_counted;          /* records counted in mem_used; rec_lock */
     uint64_t rec_cursor[2];      /* sweep's place in each table; rec_lock */
     uint64_t drop_rec_cursor[2]; /* drop's; rec_lock */
-    _Atomic size_t item_limit;   /* the limit less the record table */
+    _Atomic size_t item_limit;   /* the limit less the drops' first
+                                    table */
     _Atomic size_t limit_now;    /* memory_limit, or cache_memlimit's */
 
     pthread_mutex_t sweep_lock; /* sweep and drop cursors */
@@ -657,10 +664,24 @@ static inline size_t item_total(size_t nkey, size_t nvalue)
     return ITEM_HDR + nkey + nvalue;
 }
 
+/*
+ * The bytes an item is allocated with: header, key and value, but at least
+ * the struct's padded size, so that no access through the struct type
+ * reads past the allocation. Up to CHUNK_MAX they come from chunk.c's
+ * fine classes, beyond from the general allocator.
+ */
+static inline size_t item_alloc_bytes(size_t nkey, size_t nvalue)
+{
+    size_t total = item_total(nkey, nvalue);
+    return total > sizeof(store_item) ? total : sizeof(store_item);
+}
+
 /* The bytes an item is accounted for: its real allocation. */
 static inline size_t item_size(const store_item *it)
 {
-    return alloc_size(it, item_total(it->nkey, it->nvalue));
+    size_t n = item_alloc_bytes(it->nkey, it->nvalue);
+
+    return n <= CHUNK_MAX ? chunk_size(n) : alloc_size(it, n);
 }
 
 static inline char *item_value_ptr(store_item *it)
@@ -693,10 +714,8 @@ static inline uint32_t key_part(const store *s, const char *key, size_t nkey)
 static store_item *item_new(store *s, uint8_t kind, const char *key,
                             size_t nkey, size_t nvalue)
 {
-    size_t total = item_total(nkey, nvalue);
-    /* At least the struct's padded size, so that no access through the
-     * struct type reads past the allocation. */
-    store_item *it = malloc(total > sizeof(*it) ? total : sizeof(*it));
+    size_t n = item_alloc_bytes(nkey, nvalue);
+    store_item *it = n <= CHUNK_MAX ? chunk_alloc(n) : malloc(n);
 
     if (it == NULL)
         return NULL;
@@ -720,7 +739,11 @@ void store_item_release(store_item *it)
 {
     if (it == NULL)
         return;
-    if (atomic_fetch_sub_explicit(&it->refs, 1, memory_order_acq_rel) == 1)
+    if (atomic_fetch_sub_explicit(&it->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (item_alloc_bytes(it->nkey, it->nvalue) <= CHUNK_MAX)
+        chunk_free(it);
+    else
         free(it);
 }
 
@@ -915,6 +938,9 @@ static void stripe_grow(store *s, struct stripe *sp)
     free(sp->buckets);
     sp->buckets = nb;
     atomic_fetch_add(&s->nbuckets, sp->mask + 1);
+    /* The key table is counted against the limit like the items. */
+    atomic_fetch_add_explicit(&s->mem_used, (sp->mask + 1) * sizeof(*nb),
+                              RELAXED);
     sp->mask = n - 1;
 }
 
@@ -1023,10 +1049,24 @@ static bool rec_dead(store *s, const evrec_entry *e, const tnow *t)
            t->s - grace > (int64_t)e->exptime; /* as a value */
 }
 
+/*
+ * After the tables changed (rec_lock held): the lock-free count, and the
+ * records' memory. Records are counted against the limit as they are
+ * held, EVREC_ENTRY_BYTES each, not reserved: a node that evicts little,
+ * or whose records are overwritten, keeps the room for items.
+ */
 static inline void recs_sync(store *s)
 {
-    atomic_store_explicit(
-        &s->nrecs, evrec_count(s->recs) + evrec_count(s->droptab), RELAXED);
+    size_t n = evrec_count(s->recs);
+
+    atomic_store_explicit(&s->nrecs, n + evrec_count(s->droptab), RELAXED);
+    if (n > s->rec_counted)
+        atomic_fetch_add_explicit(
+            &s->mem_used, (n - s->rec_counted) * EVREC_ENTRY_BYTES, RELAXED);
+    else if (n < s->rec_counted)
+        atomic_fetch_sub_explicit(
+            &s->mem_used, (s->rec_counted - n) * EVREC_ENTRY_BYTES, RELAXED);
+    s->rec_counted = n;
 }
 
 /* gid's record, in either table (rec_lock held). */
@@ -1605,7 +1645,9 @@ static int ensure_room(store *s, size_t need)
 
     if (limit == 0)
         return 0;
-    if (need > limit)
+    /* The key table is counted in mem_used but cannot be evicted. */
+    size_t table = atomic_load(&s->nbuckets) * sizeof(store_item *);
+    if (table >= limit || need > limit - table)
         return STORE_ERR_NOMEM;
     for (unsigned i = 0; i < EVICT_TRIES; i++) {
         size_t used = atomic_load_explicit(&s->mem_used, RELAXED);
@@ -1701,7 +1743,7 @@ store *store_create(const store_options *o, int *err)
             goto fail_stripes;
         if (o->memory_limit != 0)
             atomic_store(&s->item_limit,
-                         o->memory_limit - nrec * EVREC_ENTRY_BYTES);
+                         o->memory_limit - s->drop_cap0 * EVREC_ENTRY_BYTES);
     }
 
     bits = o->hash_power < MAX_STRIPE_BITS ? o->hash_power : MAX_STRIPE_BITS;
@@ -1719,6 +1761,7 @@ store *store_create(const store_options *o, int *err)
         if (sp->buckets == NULL)
             goto fail;
         atomic_fetch_add(&s->nbuckets, sp->mask + 1);
+        atomic_fetch_add(&s->mem_used, (sp->mask + 1) * sizeof(*sp->buckets));
     }
     s->nparts = o->partitions ? o->partitions + 1 : 1;
     s->sk_symbols =
@@ -3258,7 +3301,9 @@ int store_set_memory_limit(store *s, size_t bytes)
         return STORE_ERR_INVAL;
     /* Readers take either limit; a write in flight may use the old one. */
     atomic_store_explicit(&s->limit_now, bytes, RELAXED);
-    atomic_store_explicit(&s->item_limit, bytes - rec, RELAXED);
+    atomic_store_explicit(
+        &s->item_limit,
+        bytes - (s->recs ? s->drop_cap0 : 0) * EVREC_ENTRY_BYTES, RELAXED);
     trim(s);
     return STORE_OK;
 }
@@ -3301,6 +3346,12 @@ void store_get_stats(store *s, store_stats *out)
     out->swept = atomic_load_explicit(&s->swept, RELAXED);
     out->dropped = atomic_load_explicit(&s->dropped, RELAXED);
     out->hash_power_level = level;
+    out->hash_bytes = atomic_load(&s->nbuckets) * sizeof(store_item *);
+    chunk_stats cs;
+    chunk_stats_read(&cs);
+    out->item_pages = cs.pages;
+    out->item_page_bytes = cs.pages * CHUNK_PAGE;
+    out->item_chunk_bytes = cs.chunk_bytes;
     out->sketch_symbols = s->sk_symbols;
     out->clock_ticks = atomic_load(&s->clock_last);
 }
