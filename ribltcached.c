@@ -260,6 +260,7 @@ static int root_setup(void *arg, const options *o, store *s,
     ro.tls = root.tls;
     ro.period_ms = (uint32_t)o->repl_period_ms;
     ro.push_delay_us = (uint32_t)o->repl_push_delay_us;
+    ro.backlog_bytes = (size_t)o->repl_backlog_kb << 10;
     ro.max_symbols = (uint32_t)o->repl_max_symbols;
     ro.round_timeout_ms = (uint32_t)o->repl_round_timeout_ms;
     ro.push_queue = (uint32_t)o->repl_push_queue;

@@ -71,6 +71,7 @@ void repl_options_default(repl_options *o)
     o->round_timeout_ms = 10000;
     o->push_queue = 65536;
     o->push_delay_us = 100;
+    o->backlog_bytes = 8u << 20;
     o->item_size_max = 1024 * 1024;
     o->registries = "";
     o->dns_names = "";
@@ -171,6 +172,31 @@ void repl_arm_redial(struct repl *r, uint32_t ms)
             return;
     }
     evtimer_add(r->redial, &tv);
+}
+
+/*
+ * Rounds waited for resumes after links came up: a peer whose link came
+ * back meanwhile gets its round now rather than at a tick.
+ */
+static void on_quiet_end(evutil_socket_t fd, short what, void *arg)
+{
+    struct repl *r = arg;
+    (void)fd;
+    (void)what;
+    uint64_t now = repl_now_ns();
+    for (int i = 0; i < r->npeers; i++) {
+        struct peer *p = &r->peers[i];
+        if (!p->round_due)
+            continue;
+        if (repl_in_round(r, NULL, now))
+            return; /* the tick starts it */
+        p->round_due = false;
+        if (repl_peer_ready(p)) {
+            repl_round_start(r, p);
+            p->round_was_due = p->round.active;
+            return;
+        }
+    }
 }
 
 /* Every period: reconnect, time rounds out, start a round. */
@@ -292,7 +318,7 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
     r->syms = malloc(BATCH_MAX * sizeof(riblt_symbol));
     r->own_syms = malloc(BATCH_MAX * sizeof(riblt_symbol));
     if (!r->secret || !r->listen || !r->queue || r->S == 0 || !r->syms ||
-        !r->own_syms || !repl_scratch_fit(r, 65536)) {
+        !r->own_syms || !repl_scratch_fit(r, 65536) || !repl_pushlog_init(r)) {
         snprintf(err, nerr, "out of memory");
         goto fail;
     }
@@ -312,7 +338,9 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
                         repl_on_wake, r);
     r->push_timer = evtimer_new(r->loop.base, repl_on_push_timer, r);
     r->redial = evtimer_new(r->loop.base, on_redial, r);
-    if (!r->tick || !r->wake || !r->push_timer || !r->redial) {
+    r->quiet_end = evtimer_new(r->loop.base, on_quiet_end, r);
+    if (!r->tick || !r->wake || !r->push_timer || !r->redial ||
+        !r->quiet_end) {
         snprintf(err, nerr, "cannot create replication events");
         goto fail;
     }
@@ -407,6 +435,7 @@ void repl_destroy(repl *r)
         riblt_encoder_destroy(r->spare[--r->nspare]);
     for (size_t i = 0; i < r->qlen; i++)
         store_item_release(r->queue[(r->qhead + i) % r->qcap]);
+    repl_pushlog_free(r);
     if (r->lis)
         evconnlistener_free(r->lis);
     if (r->tick)
@@ -417,6 +446,8 @@ void repl_destroy(repl *r)
         event_free(r->push_timer);
     if (r->redial)
         event_free(r->redial);
+    if (r->quiet_end)
+        event_free(r->quiet_end);
     evloop_fini(&r->loop);
     if (r->wake_fd >= 0)
         close(r->wake_fd);

@@ -49,6 +49,7 @@ typedef struct repl_options {
     uint32_t round_timeout_ms; /* a round taking longer fails */
     uint32_t push_queue;       /* pending eager pushes, cap */
     uint32_t push_delay_us;    /* coalescing window under load (0 = none) */
+    size_t backlog_bytes;      /* push log kept for resumes (0 = none) */
     size_t item_size_max;      /* largest value accepted from a peer */
     /* Membership through registries ("host:port,..."; empty = none). */
     const char *registries;

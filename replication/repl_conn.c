@@ -275,7 +275,7 @@ int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
     uint32_t count;
     if (repl_wire_get_mutations_head(p, len, &flags, &count) != REPL_WIRE_OK)
         return -1;
-    size_t off = REPL_WIRE_MUT_HEADER;
+    size_t off = repl_wire_mutations_records_at(flags);
     for (uint32_t i = 0; i < count; i++) {
         store_mutation m;
         long n =
@@ -339,9 +339,13 @@ static void conn_ready(void *arg, repl_link *l)
     struct conn *c = arg;
     struct repl *r = c->r;
     uint64_t now = repl_now_ns();
+    repl_resume_quiet(r, now);
     if (c->peer) {
         struct peer *p = c->peer;
         bool was_down = p->down_since_ns != 0;
+        /* Pushes go to it live from here; a resume covers the rest. */
+        p->prev_link_seq = p->link_seq;
+        p->link_seq = r->log.head;
         if (was_down)
             LOG(LOG_LEVEL_WARN, "repl", "peer %s (node %u) up after %.1f s",
                 p->name, (unsigned)repl_link_peer_id(l),
@@ -355,10 +359,17 @@ static void conn_ready(void *arg, repl_link *l)
         p->down_why[0] = '\0';
         __atomic_store_n(&p->node_id, repl_link_peer_id(l), __ATOMIC_RELAXED);
         /* A link back after a loss: reconcile now, not at the next tick
-         * (unless this node is in a round already). */
+         * (unless this node is in a round already, or rounds wait for
+         * resumes: then the tick starts it once they are done). */
         if (was_down && !repl_in_round(r, NULL, now))
             repl_round_start(r, p);
+        else if (was_down) {
+            p->round_due = true;
+            p->due_retries = 0;
+        }
     } else {
+        /* Tell it where its pushes stopped reaching us. */
+        repl_resume_ask(c);
         /* A peer dialled us: if our link to it is down, it is back, so
          * dial it now instead of waiting out the backoff. */
         uint32_t id = repl_link_peer_id(l);

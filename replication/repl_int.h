@@ -95,6 +95,9 @@ struct route;
     X(last_round_symbols)                                                     \
     X(last_round_us)                                                          \
     X(last_round_diffs)                                                       \
+    X(resumes)                                                                \
+    X(resumed)                                                                \
+    X(resume_missed)                                                          \
     X(last_success)
 
 struct pstats {
@@ -163,6 +166,11 @@ struct conn {
     uint32_t *parts;
     size_t nparts;
     uint64_t parts_gen;
+    /* incoming: our RESUME is out and the peer's answer, which follows
+     * whatever it resends, has not come yet (rounds wait for it, at most
+     * RESUME_WAIT_MAX_NS after resume_asked_ns) */
+    bool resume_pending;
+    uint64_t resume_asked_ns;
     /* responder: a bulk transfer in progress */
     riblt_id *bulk_ids;
     size_t bulk_n, bulk_pos;
@@ -193,6 +201,35 @@ struct round {
     size_t nparts;
     uint64_t gen; /* the ring generation the round started under */
 };
+
+/*
+ * The push log (repl_push.c): the local writes pushed lately, in push
+ * order, so that a peer whose link comes back receives exactly what it
+ * missed (REPL_MSG_RESUME) instead of a round finding it. Entries are
+ * numbered from 1 (seq) within one run of this node; the run is drawn at
+ * start, so a restarted node's numbers are never taken for its old ones.
+ */
+struct pushlog {
+    store_item **items; /* items[seq & (cap - 1)], tail <= seq < head */
+    size_t cap;         /* a power of two; 0: no log (resume off) */
+    uint64_t head, tail;
+    size_t bytes, budget; /* approximate item bytes held, the bound */
+    uint64_t run;
+};
+
+/* What this node applied last of a peer's pushes: that peer's run and
+ * seq (the receiving side of a resume). */
+struct resume_point {
+    uint32_t node;
+    uint64_t run, seq;
+};
+
+/* Rounds wait this long after a link comes up, so that resumes, not
+ * rounds, bring over what the link missed (repl_in_round). */
+#define RESUME_QUIET_MS 50
+#define RESUME_QUIET_NS ((uint64_t)RESUME_QUIET_MS * 1000000ull)
+/* ... and for a resume under way, until it ends, at most this long. */
+#define RESUME_WAIT_MAX_NS (2000ull * 1000000ull)
 
 /* Where a peer came from: the peers list, or a membership source's view. */
 enum peer_origin {
@@ -229,6 +266,16 @@ struct peer {
      * which ring generation (hand-off of lost partitions waits on it). */
     uint64_t ok_started_ns, ok_gen;
     bool bulk_next; /* the last round hit the symbol cap: pull a bulk */
+    /* The push log's head when our link to it came up: pushes from that
+     * seq on went to it live; a resume covers the ones before. The same
+     * for the link before this one, and the peer's run then (repl_push.c,
+     * resume). */
+    uint64_t link_seq, prev_link_seq, peer_run;
+    /* Its link came back while rounds waited for resumes: a round with it
+     * is due when they end (on_quiet_end in repl.c); a due round the peer
+     * answers busy (its own wait) is tried again soon, a few times. */
+    bool round_due, round_was_due;
+    uint8_t due_retries;
     /* the last round that succeeded: when it ended, what it found */
     uint64_t last_ok_ns;
     uint64_t last_diffs;
@@ -278,6 +325,14 @@ struct repl {
     pthread_mutex_t qlock;
     store_item **queue;
     size_t qhead, qlen, qcap;
+    /* resume (repl_push.c): our push log, what we applied of each
+     * peer's, and until when rounds wait for resumes after a link came
+     * up */
+    struct pushlog log;
+    struct resume_point from[PEER_MAX];
+    int nfrom;
+    uint64_t quiet_until_ns;
+    struct event *quiet_end; /* fires when rounds may go on */
     /* encoders kept between rounds: their memory is already mapped */
     riblt_encoder *spare[ENCODER_SPARES];
     int nspare;
@@ -393,6 +448,25 @@ void repl_on_change(void *arg, store_item *it, bool origin_local);
 void repl_on_wake(evutil_socket_t fd, short what, void *arg);
 void repl_on_push_timer(evutil_socket_t fd, short what, void *arg);
 void repl_push_tick(struct repl *r);
+/* The push log: set up (false without memory) and freed. */
+bool repl_pushlog_init(struct repl *r);
+void repl_pushlog_free(struct repl *r);
+/* A link came up: rounds wait RESUME_QUIET_NS (with a push log). */
+void repl_resume_quiet(struct repl *r, uint64_t now);
+/* The receiving side: a push frame of node's, at run/seq, was applied. */
+void repl_resume_note(struct repl *r, uint32_t node, uint64_t run,
+                      uint64_t seq);
+/* The receiving side, once the peer's link to us is ready: RESUME. */
+void repl_resume_ask(struct conn *c);
+/* The receiving side: the peer's RESUME answer came (its resend is in). */
+int repl_resume_done(struct conn *c, const uint8_t *p, size_t len);
+/* Whether rounds wait for resumes (the quiet after a link came up, or a
+ * resume under way). */
+bool repl_resume_waiting(struct repl *r, uint64_t now);
+/* The pushing side: p (whose own run is their_run) asked to resume after
+ * run/seq. */
+void repl_resume_serve(struct repl *r, struct peer *p, uint64_t run,
+                       uint64_t seq, uint64_t their_run);
 
 /* ======================================================== repl.c */
 

@@ -6,6 +6,10 @@
  * drops the write and leaves the repair to the rounds; so does a peer
  * whose connection is too far behind.
  *
+ * Every pushed write also enters the push log, numbered, so that a peer
+ * whose link comes back is sent the writes it missed, from where it says
+ * it stopped (resume, below), instead of a round looking for them.
+ *
  * Threading: repl_on_change runs on client worker threads; it touches
  * only the push queue, under qlock, and changed_ns, with relaxed atomics.
  * Everything else here runs on the replication thread.
@@ -13,6 +17,9 @@
 #include "repl_int.h"
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -50,12 +57,82 @@ void repl_on_change(void *arg, store_item *it, bool origin_local)
     }
 }
 
+/* ============================================================ push log */
+
+bool repl_pushlog_init(struct repl *r)
+{
+    struct pushlog *g = &r->log;
+    size_t want;
+
+    memset(g, 0, sizeof(*g));
+    g->head = g->tail = 1;
+    if (r->o.backlog_bytes == 0)
+        return true;
+    /* An entry per 64 bytes of budget, as a power of two: the log is
+     * bounded by the bytes its items take before it runs out of slots,
+     * unless the writes are tiny. */
+    want = r->o.backlog_bytes / 64;
+    g->cap = 1024;
+    while (g->cap < want && g->cap < ((size_t)1 << 24))
+        g->cap <<= 1;
+    g->items = calloc(g->cap, sizeof(*g->items));
+    if (g->items == NULL)
+        return false;
+    g->budget = r->o.backlog_bytes;
+    if (getrandom(&g->run, sizeof(g->run), 0) != (ssize_t)sizeof(g->run))
+        g->run = repl_now_ns() ^ ((uint64_t)r->o.node_id << 32);
+    if (g->run == 0)
+        g->run = 1; /* 0 means "none" in a RESUME */
+    return true;
+}
+
+void repl_pushlog_free(struct repl *r)
+{
+    struct pushlog *g = &r->log;
+
+    for (uint64_t q = g->tail; q < g->head; q++)
+        store_item_release(g->items[q & (g->cap - 1)]);
+    free(g->items);
+    memset(g, 0, sizeof(*g));
+}
+
+/* What an entry counts for against the budget (the item's allocation,
+ * roughly: its header is some 60 bytes). */
+static size_t entry_bytes(const store_item *it)
+{
+    size_t nk, nv;
+
+    (void)store_item_key(it, &nk);
+    (void)store_item_value(it, &nv);
+    return 64 + nk + nv;
+}
+
+/* Adds the caller's reference to it to the log; the oldest entries go
+ * when the log is out of slots or over its budget. */
+static void pushlog_add(struct pushlog *g, store_item *it)
+{
+    store_item_ref(it);
+    g->items[g->head & (g->cap - 1)] = it;
+    g->head++;
+    g->bytes += entry_bytes(it);
+    while (g->head - g->tail > g->cap - 1 ||
+           (g->bytes > g->budget && g->tail < g->head - 1)) {
+        store_item *old = g->items[g->tail & (g->cap - 1)];
+        g->bytes -= entry_bytes(old);
+        store_item_release(old);
+        g->tail++;
+    }
+}
+
+/* ============================================================ pushes */
+
 /*
  * Sends one MUTATIONS frame (at repl_payload_area) to every ready peer, or
- * only to `only` when it is not NULL.
+ * only to `only` when it is not NULL; seq is the push log's number of its
+ * last record (0 without a log).
  */
 static void push_frame(struct repl *r, size_t len, uint32_t count,
-                       struct peer *only)
+                       struct peer *only, uint64_t seq)
 {
     for (int i = 0; i < r->npeers; i++) {
         struct peer *p = &r->peers[i];
@@ -74,23 +151,32 @@ static void push_frame(struct repl *r, size_t len, uint32_t count,
             continue;
         }
         uint8_t *q = repl_payload_area(r);
-        repl_wire_put_mutations_head(q, REPL_MUT_PUSH, count);
+        if (seq != 0) {
+            repl_wire_put_mutations_head(q, REPL_MUT_PUSH | REPL_MUT_SEQ,
+                                         count);
+            repl_wire_put_mutations_pos(q, r->log.run, seq);
+        } else {
+            repl_wire_put_mutations_head(q, REPL_MUT_PUSH, count);
+        }
         repl_conn_send(p->conn, REPL_MSG_MUTATIONS, (uint32_t)len);
         PST_ADD(&p->st, pushed, count);
     }
 }
 
 /*
- * Pushes a batch of fresh writes: to every peer (only NULL), or to one
- * peer, the items of partitions it owns (and the global one).
+ * Pushes a batch of writes: to every peer (only NULL), or to one peer, the
+ * items of partitions it owns (and the global one). seq0 is the push log's
+ * number of batch[0], the others following it (0: no log).
  */
 static void push_batch(struct repl *r, store_item **batch, size_t n,
-                       struct peer *only)
+                       struct peer *only, uint64_t seq0)
 {
     size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
     uint8_t *q = repl_payload_area(r);
-    size_t len = REPL_WIRE_MUT_HEADER;
+    size_t start = repl_wire_mutations_records_at(seq0 ? REPL_MUT_SEQ : 0);
+    size_t len = start;
     uint32_t count = 0;
+    uint64_t last = 0;
     for (size_t i = 0; i < n; i++) {
         if (only) {
             uint32_t p = store_item_partition(batch[i]);
@@ -98,17 +184,19 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
                 continue;
         }
         if (len + REPL_WIRE_MUT_FIXED + 250 + r->o.item_size_max > cap) {
-            push_frame(r, len, count, only);
-            len = REPL_WIRE_MUT_HEADER;
+            push_frame(r, len, count, only, last);
+            len = start;
             count = 0;
         }
         store_mutation m;
         store_item_mutation(batch[i], &m);
-        if (repl_put_mutation(q, cap, &len, &m))
+        if (repl_put_mutation(q, cap, &len, &m)) {
             count++;
+            last = seq0 ? seq0 + i : 0;
+        }
     }
     if (count)
-        push_frame(r, len, count, only);
+        push_frame(r, len, count, only, last);
 }
 
 /* Sends everything queued, in batches of up to 512 writes. */
@@ -131,13 +219,19 @@ static void push_drain(struct repl *r)
         if (n == 0)
             break;
         total += n;
+        uint64_t seq0 = 0;
+        if (r->log.cap != 0) {
+            seq0 = r->log.head;
+            for (size_t i = 0; i < n; i++)
+                pushlog_add(&r->log, batch[i]);
+        }
         if (!repl_partitioned(r)) {
-            push_batch(r, batch, n, NULL);
+            push_batch(r, batch, n, NULL, seq0);
         } else {
             /* Each peer gets the writes of the partitions it owns. */
             for (int i = 0; i < r->npeers; i++)
                 if (repl_peer_ready(&r->peers[i]))
-                    push_batch(r, batch, n, &r->peers[i]);
+                    push_batch(r, batch, n, &r->peers[i], seq0);
         }
         for (size_t i = 0; i < n; i++)
             store_item_release(batch[i]);
@@ -206,4 +300,170 @@ void repl_push_tick(struct repl *r)
             (unsigned)r->o.push_queue);
         r->queue_dropped_logged = dropped;
     }
+}
+
+/* ============================================================ resume */
+
+/*
+ * A link came back: what it missed is best sent from the push logs at
+ * either end (a RESUME each way), not found by a round, which would also
+ * find it on every other peer that holds it. So rounds, run and served,
+ * wait RESUME_QUIET_NS after any link comes up (repl_in_round); what no
+ * log covered is left to them.
+ */
+void repl_resume_quiet(struct repl *r, uint64_t now)
+{
+    if (r->log.cap == 0)
+        return;
+    r->quiet_until_ns = now + RESUME_QUIET_NS;
+    evloop_add_ms(r->quiet_end, RESUME_QUIET_MS + 1);
+}
+
+static struct resume_point *resume_point(struct repl *r, uint32_t node,
+                                         bool add)
+{
+    for (int i = 0; i < r->nfrom; i++)
+        if (r->from[i].node == node)
+            return &r->from[i];
+    if (!add)
+        return NULL;
+    /* One per node id; a full table reuses a slot (the resume is only a
+     * shortcut: what it misses, rounds find). */
+    struct resume_point *rp =
+        r->nfrom < PEER_MAX ? &r->from[r->nfrom++] : &r->from[node % PEER_MAX];
+    rp->node = node;
+    rp->run = 0;
+    rp->seq = 0;
+    return rp;
+}
+
+void repl_resume_note(struct repl *r, uint32_t node, uint64_t run,
+                      uint64_t seq)
+{
+    struct resume_point *rp = resume_point(r, node, true);
+
+    if (rp->run != run) {
+        rp->run = run;
+        rp->seq = seq;
+    } else if (seq > rp->seq) {
+        rp->seq = seq;
+    }
+}
+
+void repl_resume_ask(struct conn *c)
+{
+    struct repl *r = c->r;
+    struct resume_point *rp =
+        resume_point(r, repl_link_peer_id(c->link), false);
+    size_t n = repl_wire_put_resume(repl_payload_area(r), rp ? rp->run : 0,
+                                    rp ? rp->seq : 0, r->log.run);
+
+    if (repl_conn_send(c, REPL_MSG_RESUME, (uint32_t)n) == 0) {
+        c->resume_pending = true;
+        c->resume_asked_ns = repl_now_ns();
+    }
+}
+
+int repl_resume_done(struct conn *c, const uint8_t *p, size_t len)
+{
+    uint64_t run, seq, own;
+
+    if (repl_wire_get_resume(p, len, &run, &seq, &own) != REPL_WIRE_OK)
+        return -1;
+    c->resume_pending = false;
+    /* Rounds due may go as soon as nothing else is waited for. */
+    if (!repl_resume_waiting(c->r, repl_now_ns()))
+        evloop_add_ms(c->r->quiet_end, 0);
+    return 0;
+}
+
+bool repl_resume_waiting(struct repl *r, uint64_t now)
+{
+    if (now < r->quiet_until_ns)
+        return true;
+    for (struct conn *c = r->incoming; c; c = c->next)
+        if (c->resume_pending && repl_link_ready(c->link) &&
+            now - c->resume_asked_ns < RESUME_WAIT_MAX_NS)
+            return true;
+    return false;
+}
+
+/*
+ * Where p's resume starts, 0 for nowhere. From what it says it applied
+ * last, when that is of our run. When it applied no push of our run but
+ * is the same process as at our previous link to it (same run of its
+ * own), it received none of the pushes that went to that link live, so
+ * from where that link came up; what it has from before, it has from
+ * rounds. A peer we never had a link to, or that restarted since (a new
+ * run), gets nothing: rounds and bulk bring it level.
+ */
+static uint64_t resume_from(const struct repl *r, const struct peer *p,
+                            uint64_t run, uint64_t seq, uint64_t their_run)
+{
+    if (run == r->log.run && seq != 0)
+        return seq + 1;
+    if (their_run != 0 && their_run == p->peer_run && p->prev_link_seq != 0)
+        return p->prev_link_seq;
+    return 0;
+}
+
+/* Resends what p missed, if the log holds it; returns the seq of the last
+ * write resent (0: none). */
+static uint64_t resume_resend(struct repl *r, struct peer *p, uint64_t run,
+                              uint64_t seq, uint64_t their_run)
+{
+    struct pushlog *g = &r->log;
+    uint64_t from = g->cap ? resume_from(r, p, run, seq, their_run) : 0;
+
+    p->peer_run = their_run;
+    if (from == 0 || from >= p->link_seq) {
+        LOG(LOG_LEVEL_DEBUG, "repl",
+            "peer %s (node %u) resumes at %s seq %llu: nothing to resend "
+            "(log %llu..%llu, link up at %llu)",
+            p->name, (unsigned)p->node_id,
+            run == g->run ? "our run" : "another run", (unsigned long long)seq,
+            (unsigned long long)g->tail, (unsigned long long)g->head,
+            (unsigned long long)p->link_seq);
+        return 0;
+    }
+    PST_ADD(&p->st, resumes, 1);
+    if (from < g->tail) {
+        /* It missed more than the log holds. */
+        PST_ADD(&p->st, resume_missed, 1);
+        return 0;
+    }
+    size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
+    if (!repl_scratch_fit(r, cap))
+        return 0;
+    uint64_t to = p->link_seq;
+    for (uint64_t q = from; q < to;) {
+        store_item *batch[512];
+        size_t n = 0;
+        while (n < 512 && q + n < to)
+            batch[n] = g->items[(q + n) & (g->cap - 1)], n++;
+        push_batch(r, batch, n, p, q);
+        q += n;
+    }
+    PST_ADD(&p->st, resumed, to - from);
+    LOG(LOG_LEVEL_INFO, "repl",
+        "peer %s (node %u): resent %llu writes it missed from the push log",
+        p->name, (unsigned)p->node_id, (unsigned long long)(to - from));
+    return to - 1;
+}
+
+/* The answer to a RESUME, after whatever was resent: last, the seq of the
+ * last write resent (0: none). */
+static void resume_answer(struct repl *r, struct peer *p, uint64_t last)
+{
+    size_t n = repl_wire_put_resume(repl_payload_area(r), r->log.run, last,
+                                    r->log.run);
+    repl_conn_send(p->conn, REPL_MSG_RESUME, (uint32_t)n);
+}
+
+void repl_resume_serve(struct repl *r, struct peer *p, uint64_t run,
+                       uint64_t seq, uint64_t their_run)
+{
+    uint64_t last = resume_resend(r, p, run, seq, their_run);
+
+    resume_answer(r, p, last);
 }

@@ -65,6 +65,11 @@ static void round_done(struct peer *p)
     PST_SET(&p->st, last_success, repl_wall_s());
     PST_SET(&p->st, last_round_symbols, rd->ndiffs);
     PST_SET(&p->st, last_round_us, (repl_now_ns() - rd->started_ns) / 1000);
+    LOG(LOG_LEVEL_DEBUG, "repl",
+        "round with peer %s (node %u) done in %.1f ms: %llu differences",
+        p->name, (unsigned)p->node_id,
+        (double)(repl_now_ns() - rd->started_ns) / 1e6,
+        (unsigned long long)rd->decoded);
     if (rd->bulk)
         LOG(LOG_LEVEL_INFO, "repl",
             "bulk transfer from peer %s (node %u) done in %.2f s: %llu "
@@ -122,6 +127,9 @@ static int request_symbols(struct peer *p, uint64_t offset, uint32_t count,
 void repl_round_start(struct repl *r, struct peer *p)
 {
     struct round *rd = &p->round;
+    p->round_was_due = false; /* on_quiet_end sets it for its own */
+    LOG(LOG_LEVEL_DEBUG, "repl", "round with peer %s (node %u) starts",
+        p->name, (unsigned)p->node_id);
     if (!rd->own && !(rd->own = malloc(r->S * sizeof(riblt_symbol))))
         return;
     if (!rd->parts &&
@@ -479,11 +487,27 @@ int repl_on_reply(struct conn *c, const repl_frame *f)
             p->round.active) {
             PST_ADD(&p->st, rounds_busy, 1);
             repl_round_reset(p);
+            /* A round due after a link came back: the peer still waits
+             * for resumes of its own; try again shortly. */
+            if (p->round_was_due && p->due_retries < 8) {
+                p->due_retries++;
+                p->round_due = true;
+                evloop_add_ms(c->r->quiet_end, 10);
+            }
+            p->round_was_due = false;
             return 0;
         }
         return -1;
     case REPL_MSG_INFO:
         return on_info(c->r, p, f->payload, f->length);
+    case REPL_MSG_RESUME: {
+        uint64_t run, seq, their_run;
+        if (repl_wire_get_resume(f->payload, f->length, &run, &seq,
+                                 &their_run) != REPL_WIRE_OK)
+            return -1;
+        repl_resume_serve(c->r, p, run, seq, their_run);
+        return 0;
+    }
     default:
         return -1;
     }

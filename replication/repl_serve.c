@@ -95,6 +95,9 @@ static int parts_accept(struct conn *c, const uint8_t *q, size_t len)
  */
 bool repl_in_round(struct repl *r, const struct conn *except, uint64_t now)
 {
+    /* A link just came up: resumes first (repl_resume_quiet). */
+    if (repl_resume_waiting(r, now))
+        return true;
     for (int i = 0; i < r->npeers; i++)
         if (r->peers[i].round.active)
             return true;
@@ -256,10 +259,16 @@ int repl_serve(struct conn *c, const repl_frame *f)
         return serve_fetch(c, f->payload, f->length);
     case REPL_MSG_BULK_REQ:
         return f->length == 0 ? serve_bulk(c) : -1;
-    case REPL_MSG_MUTATIONS:
-        return repl_apply_records(c->r, f->payload, f->length, NULL, 0) < 0
-                   ? -1
-                   : 0;
+    case REPL_MSG_MUTATIONS: {
+        uint64_t run, seq;
+        if (repl_apply_records(c->r, f->payload, f->length, NULL, 0) < 0)
+            return -1;
+        /* An eager push: remember how far this peer's pushes reached. */
+        if (repl_wire_get_mutations_pos(f->payload, f->length, &run, &seq) ==
+            REPL_WIRE_OK)
+            repl_resume_note(c->r, repl_link_peer_id(c->link), run, seq);
+        return 0;
+    }
     case REPL_MSG_DONE:
         c->serving_since_ns = 0;
         repl_encoder_put(c->r, c->enc);
@@ -275,6 +284,8 @@ int repl_serve(struct conn *c, const repl_frame *f)
         return 0;
     case REPL_MSG_INFO:
         return 0; /* the dialling side's: peers are learnt by dialling */
+    case REPL_MSG_RESUME:
+        return repl_resume_done(c, f->payload, f->length);
     case REPL_MSG_ROUND_PLEASE: {
         /* A peer far behind us asks us to run the round (our symbols go
          * to it no more: its symbols come to us, our records to it). */
@@ -285,9 +296,15 @@ int repl_serve(struct conn *c, const repl_frame *f)
         for (int i = 0; i < c->r->npeers; i++) {
             struct peer *p = &c->r->peers[i];
             if (!p->self && !p->vacant && p->node_id == id &&
-                repl_peer_ready(p) && !repl_in_round(c->r, NULL, now)) {
+                repl_peer_ready(p)) {
                 PST_ADD(&p->st, rounds_asked, 1);
-                repl_round_start(c->r, p);
+                if (!repl_in_round(c->r, NULL, now)) {
+                    repl_round_start(c->r, p);
+                } else if (repl_resume_waiting(c->r, now)) {
+                    /* Waiting for resumes: its round comes after. */
+                    p->round_due = true;
+                    p->due_retries = 0;
+                }
                 break;
             }
         }

@@ -453,13 +453,51 @@ size_t repl_wire_put_mutations_head(uint8_t *out, uint8_t flags,
     return REPL_WIRE_MUT_HEADER;
 }
 
+void repl_wire_put_mutations_pos(uint8_t *out, uint64_t run, uint64_t seq)
+{
+    repl_wire_put_u64(out + REPL_WIRE_MUT_HEADER, run);
+    repl_wire_put_u64(out + REPL_WIRE_MUT_HEADER + 8, seq);
+}
+
 int repl_wire_get_mutations_head(const uint8_t *p, size_t len, uint8_t *flags,
                                  uint32_t *count)
 {
-    if (len < REPL_WIRE_MUT_HEADER)
+    if (len < REPL_WIRE_MUT_HEADER ||
+        len < repl_wire_mutations_records_at(p[0]))
         return REPL_WIRE_ERR_FORMAT;
     *flags = p[0];
     *count = repl_wire_get_u32(p + 1);
+    return REPL_WIRE_OK;
+}
+
+int repl_wire_get_mutations_pos(const uint8_t *p, size_t len, uint64_t *run,
+                                uint64_t *seq)
+{
+    if (len < REPL_WIRE_MUT_HEADER + REPL_WIRE_MUT_POS ||
+        !(p[0] & REPL_MUT_SEQ))
+        return REPL_WIRE_ERR_FORMAT;
+    *run = repl_wire_get_u64(p + REPL_WIRE_MUT_HEADER);
+    *seq = repl_wire_get_u64(p + REPL_WIRE_MUT_HEADER + 8);
+    return REPL_WIRE_OK;
+}
+
+size_t repl_wire_put_resume(uint8_t *out, uint64_t run, uint64_t seq,
+                            uint64_t own_run)
+{
+    repl_wire_put_u64(out, run);
+    repl_wire_put_u64(out + 8, seq);
+    repl_wire_put_u64(out + 16, own_run);
+    return REPL_WIRE_RESUME;
+}
+
+int repl_wire_get_resume(const uint8_t *p, size_t len, uint64_t *run,
+                         uint64_t *seq, uint64_t *own_run)
+{
+    if (len != REPL_WIRE_RESUME)
+        return REPL_WIRE_ERR_FORMAT;
+    *run = repl_wire_get_u64(p);
+    *seq = repl_wire_get_u64(p + 8);
+    *own_run = repl_wire_get_u64(p + 16);
     return REPL_WIRE_OK;
 }
 

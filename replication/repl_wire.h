@@ -38,8 +38,9 @@
 const char *repl_wire_strerror(int rc);
 
 /* 3: mutation records leave out what the receiver derives (id, fresh
- * cas); peers of another version are refused at the handshake. */
-#define REPL_WIRE_VERSION 3
+ * cas); 4: pushes carry their place in the sender's push log, and RESUME;
+ * peers of another version are refused at the handshake. */
+#define REPL_WIRE_VERSION 4
 #define REPL_WIRE_HEADER 16
 #define REPL_WIRE_TAG 32
 #define REPL_WIRE_NONCE 32
@@ -64,6 +65,13 @@ enum repl_msg {
     /* From a node far behind, after it ended its round: run one with me
      * now (no payload), so that what I lack comes as records alone. */
     REPL_MSG_ROUND_PLEASE = 18,
+    /* Sent once a link is ready, by the side that receives the other's
+     * pushes: the last push it applied (the pusher's run and seq) and its
+     * own run; the pusher resends what came after, if its push log still
+     * has it, then answers with a RESUME of its own (its run, the last seq
+     * resent or 0, its run), which tells that the resend is complete
+     * (repl_wire_put_resume). */
+    REPL_MSG_RESUME = 19,
     /* Liveness, on the peer channel and on the registry channel. */
     REPL_MSG_PING = 20, /* token u64: answer PONG with the same token */
     REPL_MSG_PONG = 21, /* token u64 */
@@ -244,16 +252,49 @@ long repl_wire_get_mutation(const uint8_t *buf, size_t len, size_t max_value,
 #define REPL_MUT_PUSH 2
 /* Part of a bulk transfer. */
 #define REPL_MUT_BULK 4
+/* An eager push with its place in the sender's push log: run u64 | seq u64
+ * (the seq of the frame's last record) follow the header. */
+#define REPL_MUT_SEQ 8
 
-/* MUTATIONS: flags u8 | count u32 | count records (repl_wire_put_mutation). */
+/*
+ * MUTATIONS: flags u8 | count u32 | [run u64 | seq u64 with REPL_MUT_SEQ]
+ * | count records (repl_wire_put_mutation).
+ */
 #define REPL_WIRE_MUT_HEADER 5
+#define REPL_WIRE_MUT_POS 16
 
 size_t repl_wire_put_mutations_head(uint8_t *out, uint8_t flags,
                                     uint32_t count);
 
-/* Reads the header; the records follow at REPL_WIRE_MUT_HEADER. */
+/* Writes the push position after a header flagged REPL_MUT_SEQ. */
+void repl_wire_put_mutations_pos(uint8_t *out, uint64_t run, uint64_t seq);
+
+/* Where the records start under these flags. */
+static inline size_t repl_wire_mutations_records_at(uint8_t flags)
+{
+    return REPL_WIRE_MUT_HEADER +
+           ((flags & REPL_MUT_SEQ) ? REPL_WIRE_MUT_POS : 0);
+}
+
+/* Reads the header (and checks the position fits when flagged); the
+ * records follow at repl_wire_mutations_records_at(flags). */
 int repl_wire_get_mutations_head(const uint8_t *p, size_t len, uint8_t *flags,
                                  uint32_t *count);
+
+/* The push position of a frame whose header is flagged REPL_MUT_SEQ. */
+int repl_wire_get_mutations_pos(const uint8_t *p, size_t len, uint64_t *run,
+                                uint64_t *seq);
+
+/*
+ * RESUME: run u64 | seq u64 | own run u64: the last push applied of the
+ * pusher's (run and seq; 0 and 0 when none of its current run, as far as
+ * the sender knows), and the sender's own run (a new one: it restarted).
+ */
+#define REPL_WIRE_RESUME 24
+size_t repl_wire_put_resume(uint8_t *out, uint64_t run, uint64_t seq,
+                            uint64_t own_run);
+int repl_wire_get_resume(const uint8_t *p, size_t len, uint64_t *run,
+                         uint64_t *seq, uint64_t *own_run);
 
 /*
  * SYMBOLS_REQ: offset u64 | count u32, then the ring part on the request

@@ -282,6 +282,10 @@ enum options_proto {
       100000,                                                                 \
       "under a steady stream of writes, microseconds a push waits to carry"   \
       " more (0 = push each wake-up at once)")                                \
+    X(repl_backlog_kb, 0, "repl-backlog-kb", OPTIONS_UINT, "8192", 0,         \
+      4194304,                                                                \
+      "KiB of recent local writes kept to resend to a peer whose link"        \
+      " comes back (0 = rounds only)")                                        \
     X(replicas, 0, "replicas", OPTIONS_UINT, "0", 0, 1024,                    \
       "copies of each key (0 = every node holds every key)")                  \
     X(ring_partitions, 0, "ring-partitions", OPTIONS_UINT, "1024", 1, 65536,  \

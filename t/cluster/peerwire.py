@@ -56,6 +56,11 @@ MUTATIONS = 13
 DONE = 14
 ERROR = 15
 INFO = 17  # weight, P, R, client address: sent by a node once ready
+RESUME = 19  # where our pushes stopped reaching it: sent once ready
+# A node answers round requests busy for this long after a link comes up,
+# and until its RESUME is answered (it waits for resumes first;
+# replication/README.md, "Resume").
+RESUME_QUIET_S = 0.05
 
 SYMBOL_SIZE = 32
 ZERO_TAG = bytes(TAG)
@@ -133,13 +138,16 @@ class Peer:
     def recv_frame(self, timeout=5.0):
         """(type, seq, payload) of the next frame; verifies the tag (or
         that it is zero before the session key exists) and the seq. The
-        INFO a node sends once the link is ready is kept in self.info and
-        skipped."""
+        INFO and RESUME a node sends once the link is ready are kept in
+        self.info and self.resume and skipped."""
         while True:
             ftype, seq, payload = self._recv_one(timeout)
-            if ftype != INFO:
+            if ftype == INFO:
+                self.info = payload
+            elif ftype == RESUME:
+                self.resume = payload
+            else:
                 return ftype, seq, payload
-            self.info = payload
 
     def _recv_one(self, timeout):
         self._fill(HEADER, timeout)
@@ -209,8 +217,11 @@ class Peer:
         return derive(secret, label, extra, self.cnonce, self.snonce,
                       self.node_id, self.server_node)
 
-    def handshake(self, secret, node_id=77):
-        """The whole client side; checks the server's proof."""
+    def handshake(self, secret, node_id=77, settle=True):
+        """The whole client side; checks the server's proof. With settle,
+        answers the node's RESUME (nothing to resend) and returns once the
+        node takes round requests again (RESUME_QUIET_S after the link
+        came up)."""
         self.hello(node_id)
         self.key = self.derive(secret, "ribltcache session key", 0)
         self.send_frame(PROOF, self.derive(secret, "ribltcache proof", 0))
@@ -220,6 +231,9 @@ class Peer:
         want = self.derive(secret, "ribltcache proof", 1)
         if not hmac.compare_digest(want, payload):
             raise AssertionError("server proof does not verify")
+        if settle:
+            self.send_frame(RESUME, struct.pack("<QQQ", 0, 0, 0))
+            time.sleep(2 * RESUME_QUIET_S)
 
     # -- requests -------------------------------------------------------
 

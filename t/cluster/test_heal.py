@@ -7,7 +7,10 @@ missed (never as times):
 - every missing write arrived once: node 3 applied them and discarded few
   as stale (before one round at a time, each peer sent all of them);
 - the bytes node 3 received stay within 1.1x the wire size of the missing
-  records (coded symbols, frames and MACs included).
+  records (coded symbols, frames and MACs included);
+- with the default push log, node 1 resent them from it (a resume), no
+  round; with a push log too small for them, rounds heal instead, still
+  once.
 
 The time from the heal to the last missing key is printed."""
 
@@ -37,8 +40,22 @@ def received(node):
     return total, int(st["applied"]), int(st["stale"])
 
 
+def peer_sum(node, name):
+    """A per-peer counter of node's, summed over its peers."""
+    return sum(int(v) for k, v in node.repl_stats().items()
+               if k.startswith("peer") and k.endswith(":" + name))
+
+
 class Heal(unittest.TestCase):
     def test_heal_once(self):
+        self.heal_with({}, resumed=True)
+
+    def test_heal_beyond_push_log(self):
+        # 256 KiB of log holds about 1,500 of the 10,000 missed writes.
+        self.heal_with({"repl_backlog_kb": "256"}, resumed=False)
+
+    def heal_with(self, extra, resumed):
+        self.resumed = resumed
         ports = free_ports(6)
         client_ports, peer_ports = ports[:3], ports[3:]
         to_node = [CuttableProxy(p) for p in peer_ports]
@@ -50,7 +67,8 @@ class Heal(unittest.TestCase):
             return "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d" % (
                 pp[0], pp[1], to_node[2].port)
 
-        cl = Cluster(3, peers_for=peers_for, ports=(client_ports, peer_ports))
+        cl = Cluster(3, extra=extra, peers_for=peers_for,
+                     ports=(client_ports, peer_ports))
         try:
             cl.start()
             self.run_heal(cl, to_node)
@@ -101,6 +119,16 @@ class Heal(unittest.TestCase):
               "received %d bytes for %d bytes of records (%.2fx); applied "
               "%d, stale %d" % (MISSED, took, got, records, got / records,
                                 applied, stale), flush=True)
+        resent, missed_log = (peer_sum(cl[0], "resumed"),
+                              peer_sum(cl[0], "resume_missed"))
+        print("node 1 resent %d writes from its push log; resumes it could "
+              "not serve: %d" % (resent, missed_log), flush=True)
+        if self.resumed:
+            self.assertGreaterEqual(resent, MISSED, cl.logs())
+            self.assertEqual(missed_log, 0)
+        else:
+            self.assertEqual(resent, 0)
+            self.assertGreaterEqual(missed_log, 1)
         self.assertGreaterEqual(applied, MISSED)
         self.assertLessEqual(stale, MISSED // 10,
                              "missing writes arrived more than once")

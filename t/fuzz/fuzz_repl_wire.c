@@ -106,12 +106,36 @@ static void parse_bodies(const uint8_t *p, size_t len, uint8_t *scratch,
     uint8_t flags;
     uint32_t count;
     int rc = repl_wire_get_mutations_head(p, len, &flags, &count);
-    if ((rc == REPL_WIRE_OK) != (len >= REPL_WIRE_MUT_HEADER)) {
+    if ((rc == REPL_WIRE_OK) !=
+        (len >= REPL_WIRE_MUT_HEADER &&
+         len >= repl_wire_mutations_records_at(p[0]))) {
         abort();
     }
     if (rc == REPL_WIRE_OK) {
         size_t w = repl_wire_put_mutations_head(scratch, flags, count);
         same_bytes(p, scratch, REPL_WIRE_MUT_HEADER, w);
+    }
+    uint64_t run, seq;
+    rc = repl_wire_get_mutations_pos(p, len, &run, &seq);
+    if ((rc == REPL_WIRE_OK) !=
+        (len >= REPL_WIRE_MUT_HEADER + REPL_WIRE_MUT_POS &&
+         (p[0] & REPL_MUT_SEQ) != 0)) {
+        abort();
+    }
+    if (rc == REPL_WIRE_OK) {
+        repl_wire_put_mutations_head(scratch, p[0], count);
+        repl_wire_put_mutations_pos(scratch, run, seq);
+        same_bytes(p, scratch, REPL_WIRE_MUT_HEADER + REPL_WIRE_MUT_POS,
+                   REPL_WIRE_MUT_HEADER + REPL_WIRE_MUT_POS);
+    }
+    uint64_t own;
+    rc = repl_wire_get_resume(p, len, &run, &seq, &own);
+    if ((rc == REPL_WIRE_OK) != (len == REPL_WIRE_RESUME)) {
+        abort();
+    }
+    if (rc == REPL_WIRE_OK) {
+        size_t w = repl_wire_put_resume(scratch, run, seq, own);
+        same_bytes(p, scratch, REPL_WIRE_RESUME, w);
     }
 
     repl_wire_symbols_req req;

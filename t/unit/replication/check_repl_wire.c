@@ -59,7 +59,7 @@ START_TEST(test_frame_round_trip)
     long n =
         repl_wire_build(buf, sizeof(buf), REPL_MSG_FETCH, 7, payload, 12, key);
     ck_assert_int_eq(n, REPL_WIRE_HEADER + 12 + REPL_WIRE_TAG);
-    ck_assert_int_eq(memcmp(buf, "RB\x03\x0c\x0c\0\0\0\x07\0\0\0\0\0\0\0", 16),
+    ck_assert_int_eq(memcmp(buf, "RB\x04\x0c\x0c\0\0\0\x07\0\0\0\0\0\0\0", 16),
                      0);
     repl_frame f;
     size_t used = 0;
@@ -218,6 +218,58 @@ START_TEST(test_bounds_before_buffering)
 }
 END_TEST
 
+/* A push's place in the sender's log, and RESUME, round trip; a frame
+ * flagged with a position too short to hold it is refused. */
+START_TEST(test_push_position)
+{
+    uint8_t buf[64];
+    uint8_t flags;
+    uint32_t count;
+    uint64_t run, seq;
+
+    ck_assert_uint_eq(repl_wire_mutations_records_at(REPL_MUT_PUSH),
+                      REPL_WIRE_MUT_HEADER);
+    ck_assert_uint_eq(
+        repl_wire_mutations_records_at(REPL_MUT_PUSH | REPL_MUT_SEQ),
+        REPL_WIRE_MUT_HEADER + REPL_WIRE_MUT_POS);
+    repl_wire_put_mutations_head(buf, REPL_MUT_PUSH | REPL_MUT_SEQ, 7);
+    repl_wire_put_mutations_pos(buf, 0x1122334455667788ULL, 4242);
+    ck_assert_int_eq(repl_wire_get_mutations_head(buf, 21, &flags, &count),
+                     REPL_WIRE_OK);
+    ck_assert_uint_eq(flags, REPL_MUT_PUSH | REPL_MUT_SEQ);
+    ck_assert_uint_eq(count, 7);
+    ck_assert_int_eq(repl_wire_get_mutations_pos(buf, 21, &run, &seq),
+                     REPL_WIRE_OK);
+    ck_assert_uint_eq(run, 0x1122334455667788ULL);
+    ck_assert_uint_eq(seq, 4242);
+    /* Flagged, but cut inside the position. */
+    ck_assert_int_eq(repl_wire_get_mutations_head(buf, 20, &flags, &count),
+                     REPL_WIRE_ERR_FORMAT);
+    ck_assert_int_eq(repl_wire_get_mutations_pos(buf, 20, &run, &seq),
+                     REPL_WIRE_ERR_FORMAT);
+    /* Not flagged: no position to read. */
+    repl_wire_put_mutations_head(buf, REPL_MUT_PUSH, 7);
+    ck_assert_int_eq(repl_wire_get_mutations_head(buf, 5, &flags, &count),
+                     REPL_WIRE_OK);
+    ck_assert_int_eq(repl_wire_get_mutations_pos(buf, 21, &run, &seq),
+                     REPL_WIRE_ERR_FORMAT);
+
+    uint64_t own;
+    ck_assert_uint_eq(repl_wire_put_resume(buf, 99, 12345, 7),
+                      REPL_WIRE_RESUME);
+    ck_assert_int_eq(
+        repl_wire_get_resume(buf, REPL_WIRE_RESUME, &run, &seq, &own),
+        REPL_WIRE_OK);
+    ck_assert_uint_eq(run, 99);
+    ck_assert_uint_eq(seq, 12345);
+    ck_assert_uint_eq(own, 7);
+    ck_assert_int_eq(repl_wire_get_resume(buf, 23, &run, &seq, &own),
+                     REPL_WIRE_ERR_FORMAT);
+    ck_assert_int_eq(repl_wire_get_resume(buf, 25, &run, &seq, &own),
+                     REPL_WIRE_ERR_FORMAT);
+}
+END_TEST
+
 START_TEST(test_mutation_records)
 {
     store_mutation m = {
@@ -361,6 +413,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_handshake_frames);
     tcase_add_test(tc, test_bounds_before_buffering);
     tcase_add_test(tc, test_mutation_records);
+    tcase_add_test(tc, test_push_position);
     suite_add_tcase(s, tc);
     return s;
 }
