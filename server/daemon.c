@@ -739,6 +739,21 @@ static void start(void)
     if (d.store == NULL) {
         die(EXIT_STARTUP, "cannot create the store: %s", store_strerror(err));
     }
+    {
+        /* -m counts the key table (memcached's does not): say so when a
+         * large hashpower leaves items little of it. */
+        store_stats ss;
+        store_get_stats(d.store, &ss);
+        if (so.memory_limit != 0 && ss.hash_bytes >= so.memory_limit / 4)
+            LOG(LOG_LEVEL_WARN, "main",
+                "hashpower %u: the key table takes %llu KiB of the %llu KiB "
+                "of -m, which counts it; items get the rest%s",
+                so.hash_power, (unsigned long long)(ss.hash_bytes >> 10),
+                (unsigned long long)(so.memory_limit >> 10),
+                ss.hash_bytes >= so.memory_limit ? " (none: every write will "
+                                                   "fail for want of memory)"
+                                                 : "");
+    }
 
     d.pcfg.item_size_max = (size_t)d.opts.item_size_max;
     d.pcfg.stats_list = stats_emit_group;

@@ -250,6 +250,29 @@ class LoneNode(unittest.TestCase):
             self.assertEqual(st["mutations"], "0")
 
 
+class KeyTableInMemoryLimit(unittest.TestCase):
+    """-m counts the key table: a hashpower whose table fills -m leaves no
+    room for items, which the daemon says at start; writes then fail in
+    the protocol's form and the daemon keeps serving."""
+
+    def test_hashpower_filling_the_limit(self):
+        with Server(["-m", "8", "-o", "hashpower=20"]) as srv:
+            self.assertIn("key table takes 8192 KiB of the 8192 KiB",
+                          srv.stderr())
+            self.assertEqual(srv.request(b"set k 0 0 1\r\nv\r\n"),
+                             b"SERVER_ERROR out of memory storing object\r\n")
+            self.assertEqual(srv.request(b"version\r\n")[:8], b"VERSION ")
+            self.assertEqual(srv.stats()["hash_bytes"], str(8 << 20))
+
+    def test_default_hashpower_is_quiet(self):
+        with Server(["-m", "8"]) as srv:
+            self.assertEqual(srv.request(b"set k 0 0 1\r\nv\r\n"),
+                             b"STORED\r\n")
+            self.assertNotIn("key table takes", srv.stderr())
+            st = srv.stats()
+            self.assertEqual(st["hash_bytes"], str(8 << 16))
+
+
 class PortFile(unittest.TestCase):
     def test_port_file_names_the_bound_port(self):
         # MEMCACHED_PORT_FILENAME, as memcached: tools that start the daemon
