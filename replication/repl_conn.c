@@ -30,6 +30,11 @@ static const repl_link_ops conn_ops = {
 };
 
 /* Makes sure the scratch buffer holds at least n bytes. */
+size_t repl_records_cap(const struct repl *r)
+{
+    return RECORDS_FRAME + r->o.item_size_max + 1024;
+}
+
 bool repl_scratch_fit(struct repl *r, size_t n)
 {
     if (n <= r->scratch_cap)
@@ -228,7 +233,7 @@ size_t repl_send_records(struct conn *c, const riblt_id *ids, size_t n,
                          uint8_t flags, uint8_t final_flags)
 {
     struct repl *r = c->r;
-    size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
+    size_t cap = repl_records_cap(r);
     if (!repl_scratch_fit(r, cap))
         return 0;
     uint8_t *p = repl_payload_area(r);

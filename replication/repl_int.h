@@ -403,6 +403,9 @@ int repl_peer_parse(struct peer *p, const char *spec, size_t n, char *err,
 /* ==================================================== repl_conn.c */
 
 bool repl_scratch_fit(struct repl *r, size_t n);
+/* Scratch a MUTATIONS frame may need: RECORDS_FRAME of records plus one
+ * record of the largest item. */
+size_t repl_records_cap(const struct repl *r);
 uint8_t *repl_payload_area(struct repl *r);
 int repl_conn_send(struct conn *c, uint8_t type, uint32_t len);
 void repl_conn_free(struct conn *c);

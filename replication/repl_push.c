@@ -171,7 +171,7 @@ static void push_frame(struct repl *r, size_t len, uint32_t count,
 static void push_batch(struct repl *r, store_item **batch, size_t n,
                        struct peer *only, uint64_t seq0)
 {
-    size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
+    size_t cap = repl_records_cap(r);
     uint8_t *q = repl_payload_area(r);
     size_t start = repl_wire_mutations_records_at(seq0 ? REPL_MUT_SEQ : 0);
     size_t len = start;
@@ -202,7 +202,7 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
 /* Sends everything queued, in batches of up to 512 writes. */
 static void push_drain(struct repl *r)
 {
-    size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
+    size_t cap = repl_records_cap(r);
     if (!repl_scratch_fit(r, cap))
         return;
     size_t total = 0;
@@ -432,7 +432,7 @@ static uint64_t resume_resend(struct repl *r, struct peer *p, uint64_t run,
         PST_ADD(&p->st, resume_missed, 1);
         return 0;
     }
-    size_t cap = RECORDS_FRAME + r->o.item_size_max + 1024;
+    size_t cap = repl_records_cap(r);
     if (!repl_scratch_fit(r, cap))
         return 0;
     uint64_t to = p->link_seq;

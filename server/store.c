@@ -1635,6 +1635,19 @@ static int evict_one(store *s)
     return done == 0 ? 0 : -1;
 }
 
+/* The key table's buckets: counted in mem_used, never evicted. */
+static inline size_t table_bytes(store *s)
+{
+    return atomic_load(&s->nbuckets) * sizeof(store_item *);
+}
+
+/* The limit writes evict down to under a memory limit of `bytes`: the
+ * drops' first table is reserved (0 without records). */
+static inline size_t items_limit(const store *s, size_t bytes)
+{
+    return bytes - s->drop_cap0 * EVREC_ENTRY_BYTES;
+}
+
 /*
  * Makes room for `need` more bytes under memory_limit by evicting. Called
  * with no lock held. 0, or STORE_ERR_NOMEM when nothing evictable is left.
@@ -1645,8 +1658,7 @@ static int ensure_room(store *s, size_t need)
 
     if (limit == 0)
         return 0;
-    /* The key table is counted in mem_used but cannot be evicted. */
-    size_t table = atomic_load(&s->nbuckets) * sizeof(store_item *);
+    size_t table = table_bytes(s);
     if (table >= limit || need > limit - table)
         return STORE_ERR_NOMEM;
     for (unsigned i = 0; i < EVICT_TRIES; i++) {
@@ -1742,8 +1754,7 @@ store *store_create(const store_options *o, int *err)
         if (s->recs == NULL || s->droptab == NULL)
             goto fail_stripes;
         if (o->memory_limit != 0)
-            atomic_store(&s->item_limit,
-                         o->memory_limit - s->drop_cap0 * EVREC_ENTRY_BYTES);
+            atomic_store(&s->item_limit, items_limit(s, o->memory_limit));
     }
 
     bits = o->hash_power < MAX_STRIPE_BITS ? o->hash_power : MAX_STRIPE_BITS;
@@ -3301,9 +3312,7 @@ int store_set_memory_limit(store *s, size_t bytes)
         return STORE_ERR_INVAL;
     /* Readers take either limit; a write in flight may use the old one. */
     atomic_store_explicit(&s->limit_now, bytes, RELAXED);
-    atomic_store_explicit(
-        &s->item_limit,
-        bytes - (s->recs ? s->drop_cap0 : 0) * EVREC_ENTRY_BYTES, RELAXED);
+    atomic_store_explicit(&s->item_limit, items_limit(s, bytes), RELAXED);
     trim(s);
     return STORE_OK;
 }
@@ -3346,10 +3355,9 @@ void store_get_stats(store *s, store_stats *out)
     out->swept = atomic_load_explicit(&s->swept, RELAXED);
     out->dropped = atomic_load_explicit(&s->dropped, RELAXED);
     out->hash_power_level = level;
-    out->hash_bytes = atomic_load(&s->nbuckets) * sizeof(store_item *);
+    out->hash_bytes = table_bytes(s);
     chunk_stats cs;
     chunk_stats_read(&cs);
-    out->item_pages = cs.pages;
     out->item_page_bytes = cs.pages * CHUNK_PAGE;
     out->item_chunk_bytes = cs.chunk_bytes;
     out->sketch_symbols = s->sk_symbols;

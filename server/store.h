@@ -628,8 +628,7 @@ typedef struct store_stats {
     uint64_t dropped; /* mutations forgotten by store_drop_partitions */
     uint64_t hash_power_level;
     uint64_t hash_bytes; /* the key table's buckets, counted in the limit */
-    uint64_t item_pages; /* chunk.c's pages (process-wide) */
-    uint64_t item_page_bytes;  /* their bytes */
+    uint64_t item_page_bytes;  /* chunk.c's pages (process-wide) */
     uint64_t item_chunk_bytes; /* of them, chunks in use */
     uint64_t sketch_symbols;   /* store_sketch_symbols() */
     uint64_t clock_ticks;      /* last hybrid clock value */
