@@ -72,4 +72,20 @@ void worker_reset_counters(size_t i);
 /* Lists worker i's connections (see conn_env_each). */
 void worker_conns_each(size_t i, conn_info_fn fn, void *arg);
 
+/*
+ * Whether the idle poll pays (see worker_loop in worker.c): a thread
+ * polls after a wait while the windows it polled caught, on average, at
+ * least two inputs each; otherwise it sleeps at once and polls one wait
+ * in sixteen to look again.
+ */
+typedef struct worker_poll {
+    int avg;  /* inputs a window caught, a running average, x16 */
+    int skip; /* waits left to sleep after without polling */
+} worker_poll;
+void worker_poll_init(worker_poll *wp);
+/* Whether to poll after this wait (counts the waits skipped). */
+bool worker_poll_now(worker_poll *wp);
+/* A polling window ended having caught `hits` inputs. */
+void worker_poll_done(worker_poll *wp, int hits);
+
 #endif /* WORKER_H */
