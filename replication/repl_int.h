@@ -325,6 +325,9 @@ struct repl {
     pthread_mutex_t qlock;
     store_item **queue;
     size_t qhead, qlen, qcap;
+    /* the window's timer is armed and will drain the queue: writers
+     * need not wake this thread (under qlock) */
+    bool q_timed;
     /* resume (repl_push.c): our push log, what we applied of each
      * peer's, and until when rounds wait for resumes after a link came
      * up */

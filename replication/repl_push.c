@@ -48,7 +48,7 @@ void repl_on_change(void *arg, store_item *it, bool origin_local)
         return;
     }
     r->queue[(r->qhead + r->qlen) % r->qcap] = it;
-    wake = r->qlen++ == 0;
+    wake = r->qlen++ == 0 && !r->q_timed;
     pthread_mutex_unlock(&r->qlock);
     if (wake) {
         uint64_t one = 1;
@@ -203,6 +203,7 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
 static void push_drain(struct repl *r)
 {
     size_t cap = repl_records_cap(r);
+    r->last_push_n = 0;
     if (!repl_scratch_fit(r, cap))
         return;
     size_t total = 0;
@@ -245,11 +246,27 @@ static void push_drain(struct repl *r)
  * steady stream of writes (the last drain was less than two windows ago
  * and carried few), the push waits one window (push_delay_us) so that the
  * frame carries the writes that arrive meanwhile: one frame, one MAC and
- * one send per peer for many writes instead of one each, and no wake-up
- * for the workers to pay while the queue is not empty. After a quiet
+ * one send per peer for many writes instead of one each. After a quiet
  * spell the first write is pushed at once, so a lone write is as fast as
  * without the window.
+ *
+ * While writes keep coming, the window's timer re-arms itself after each
+ * drain and q_timed tells the writers so: they queue without waking this
+ * thread (no eventfd write, no cross-core wake-up per window), and the
+ * timer drains every window until one finds the queue empty.
  */
+static bool arm_window(struct repl *r)
+{
+    struct timeval tv = {0, (suseconds_t)r->o.push_delay_us};
+    if (evtimer_add(r->push_timer, &tv) != 0)
+        return false;
+    r->push_armed = true;
+    pthread_mutex_lock(&r->qlock);
+    r->q_timed = true;
+    pthread_mutex_unlock(&r->qlock);
+    return true;
+}
+
 void repl_on_wake(evutil_socket_t fd, short what, void *arg)
 {
     struct repl *r = arg;
@@ -262,13 +279,8 @@ void repl_on_wake(evutil_socket_t fd, short what, void *arg)
     uint64_t window = (uint64_t)r->o.push_delay_us * 1000;
     uint64_t now = repl_now_ns();
     if (window > 0 && now - r->last_push_ns < 2 * window &&
-        r->last_push_n < 512) {
-        struct timeval tv = {0, (suseconds_t)r->o.push_delay_us};
-        if (evtimer_add(r->push_timer, &tv) == 0) {
-            r->push_armed = true;
-            return;
-        }
-    }
+        r->last_push_n < 512 && arm_window(r))
+        return;
     push_drain(r);
 }
 
@@ -279,6 +291,17 @@ void repl_on_push_timer(evutil_socket_t fd, short what, void *arg)
     (void)what;
     r->push_armed = false;
     push_drain(r);
+    if (r->last_push_n > 0 && r->last_push_n < 512 && arm_window(r))
+        return;
+    /* The stream paused (or a window filled): writers wake this thread
+     * again. A write queued before the flag went down has not woken it,
+     * so it is pushed now. */
+    pthread_mutex_lock(&r->qlock);
+    r->q_timed = false;
+    bool left = r->qlen > 0;
+    pthread_mutex_unlock(&r->qlock);
+    if (left)
+        push_drain(r);
 }
 
 /*
