@@ -130,12 +130,15 @@
  * counted against the limit while it is held, not before. When the table
  * is full, its oldest record goes, and becomes a drop (STORE_KIND_DROP): a
  * keyless mutation one tick newer than the record, in the drops' own table
- * (a sixteenth of the capacity to start with, reserved). A drop is in the set
+ * (a sixteenth of the capacity to start with, reserved; it grows to
+ * DROP_MAX_ENTRIES at most, counted against the limit). A drop is in the set
  * like any mutation, so rounds take it to every peer, where it beats the value
  * it names (the cluster-wide drop, the one case where an eviction reaches
  * other nodes: when a node's record space runs out). A drop leaves every set
  * DROP_GRACE seconds after it was written. A full drops' table lets its oldest
  * drop go early; a peer may then refill that value once, which a cache may do.
+ * Under steady eviction that is the common case: drops are written as fast
+ * as values are evicted, far more than a minute's worth fits.
  * Records and drops are not reported to the listener (no push): rounds carry
  * them. Tombstones and flushes are never evicted: when only they are left and
  * there is still no room, the write fails with STORE_ERR_NOMEM. Memory is
@@ -187,6 +190,9 @@
 #define MAX_STRIPE_BITS 12
 /* Seconds a drop (STORE_KIND_DROP) stays in the set (at most the grace). */
 #define DROP_GRACE 60
+/* The drops' table grows to at most this many entries (1.1 MiB), or to as
+ * many as the records' table has when that is fewer (see rec_put). */
+#define DROP_MAX_ENTRIES 32768
 /* Ticks beyond this are refused so that ticks + 1 can never wrap. */
 #define TICKS_MAX (UINT64_MAX - (1ULL << 32))
 /* Upper bound of evictions one write may cause before giving up. */
@@ -448,6 +454,7 @@ struct store {
     evrec *droptab;              /* STORE_KIND_DROP: grows and shrinks, its
                                     slots counted in mem_used */
     size_t drop_cap0;            /* its first capacity */
+    size_t drop_cap_max;         /* and its largest */
     _Atomic size_t nrecs;        /* entries of both, for a lock-free "none" */
     uint64_t rec_evicted;        /* STORE_KIND_EVICTED entries; rec_lock */
     uint64_t rec_drops;          /* STORE_KIND_DROP entries; rec_lock */
@@ -1113,12 +1120,19 @@ static bool drops_resize(store *s, size_t cap)
  * Puts e, already counted in the set, into its table (rec_lock held). The
  * records' table has a fixed size and gives up its oldest entry when full:
  * that record becomes a drop one tick newer, so that peers holding its
- * value let it go too. The drops' table grows instead (its memory counted
- * against the limit like items', so writes evict to pay for it): a drop
- * must stay until every peer has it, and one let go early would come back
- * from a peer at the next round, pushing out another, for as long as the
- * drops live. Only when memory for growing is lacking does the oldest
- * drop go early (a peer may then refill its value).
+ * value let it go too. The drops' table absorbs a burst by growing (its
+ * memory counted against the limit like items', so writes evict to pay
+ * for it), up to drop_cap_max entries; beyond, or when memory for growing
+ * is lacking, the oldest drop goes early (a peer may then refill its
+ * value). Growing without that bound, under steady eviction the drops (a
+ * minute of evictions) took nearly all of the limit: a node at -m 64 held
+ * 40,000 100-byte items instead of 355,000. The bound is one number for
+ * every node whose record share reaches it (DROP_MAX_ENTRIES; -m 24 and
+ * up by default), not a share of each node's memory: a drop let go early
+ * that a peer still holds comes back at the next round and pushes out
+ * another, so a small node beside a big one whose table held four times
+ * as many drops kept 4 MB/s of rounds going between them for the drops'
+ * minute; with equal tables both let the same drops go.
  */
 /*
  * An unlinked item that stands for drop d, for the listener (which pushes
@@ -1168,8 +1182,8 @@ static void rec_put(store *s, const evrec_entry *e, const tnow *t,
         e = &d;
     }
     size_t cap = evrec_capacity(s->droptab);
-    if (evrec_count(s->droptab) >= cap)
-        drops_resize(s, cap * 2);
+    if (evrec_count(s->droptab) >= cap && cap < s->drop_cap_max)
+        drops_resize(s, cap * 2 < s->drop_cap_max ? cap * 2 : s->drop_cap_max);
     if (evrec_put(s->droptab, e, &x))
         rec_set_remove(s, &x);
     recs_sync(s);
@@ -1748,6 +1762,9 @@ store *store_create(const store_options *o, int *err)
         /* A sixteenth of the entries for drops to start with; that table
          * grows beyond it when it must (drops_resize counts the growth). */
         s->drop_cap0 = nrec / 16 ? nrec / 16 : 1;
+        s->drop_cap_max = nrec < DROP_MAX_ENTRIES ? nrec : DROP_MAX_ENTRIES;
+        if (s->drop_cap_max < s->drop_cap0)
+            s->drop_cap_max = s->drop_cap0;
         s->recs = evrec_create(nrec > s->drop_cap0 ? nrec - s->drop_cap0 : 1,
                                rng_next());
         s->droptab = evrec_create(s->drop_cap0, rng_next());

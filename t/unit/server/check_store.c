@@ -1813,7 +1813,8 @@ END_TEST
 /*
  * A full record table turns its oldest records into drops, which reach
  * peers like any mutation: a peer holding the value lets it go, sets agree,
- * and drops leave every set after 60 s.
+ * and drops leave every set after 60 s. (50 writes: few enough drops for
+ * their table to hold them all; test_drops_bounded goes beyond.)
  */
 START_TEST(test_eviction_record_overflow)
 {
@@ -1825,10 +1826,10 @@ START_TEST(test_eviction_record_overflow)
     char v[1001];
     recorder rec;
 
-    write_pushed(a, b, &rec, 80, v);
+    write_pushed(a, b, &rec, 50, v);
     store_stats sa = stats(a);
     ck_assert_uint_eq(sa.evict_records, 38);
-    ck_assert_uint_gt(sa.drops_written, 20);
+    ck_assert_uint_gt(sa.drops_written, 4);
     ck_assert_uint_eq(sa.evicted_records, 38);
     /* No drop went early: the drops' table grew. */
     ck_assert_uint_eq(sa.drops, sa.drops_written);
@@ -1851,8 +1852,8 @@ START_TEST(test_eviction_record_overflow)
     same_sketch(a, b);
     store_stats sb = stats(b);
     ck_assert_uint_eq(sb.drops, sa.drops);
-    ck_assert_uint_eq(sb.curr_items + sb.evicted_records + sb.drops, 80);
-    ck_assert_uint_eq(sb.curr_items, 80 - sb.drops);
+    ck_assert_uint_eq(sb.curr_items + sb.evicted_records + sb.drops, 50);
+    ck_assert_uint_eq(sb.curr_items, 50 - sb.drops);
     /* An old write of a dropped value does not come back. */
     for (size_t i = 0; i < rec.n; i++) {
         store_mutation m;
@@ -1870,6 +1871,37 @@ START_TEST(test_eviction_record_overflow)
     recorder_free(&rec);
     store_destroy(a);
     store_destroy(b);
+}
+END_TEST
+
+/*
+ * Under sustained eviction the drops' table grows to as many entries as the
+ * records' table has (here fewer than DROP_MAX_ENTRIES) and no further:
+ * beyond, the oldest drop goes early. Drops never squeeze the items out of
+ * the limit (they once grew against it until a node under steady eviction
+ * held a tenth of its items).
+ */
+START_TEST(test_drops_bounded)
+{
+    fake_clock c = {T0};
+    size_t one = item_bytes("k:000", 1000);
+    store *a = mk_rec(&c, 1, one * 6 + 40 * 36, 40 * 36);
+    char key[16], v[1001];
+
+    memset(v, 'v', 1000);
+    v[1000] = 0;
+    for (int i = 0; i < 400; i++) {
+        snprintf(key, sizeof(key), "k:%03d", i);
+        ck_assert_int_eq(set(a, key, v), STORE_STORED);
+    }
+    store_stats sa = stats(a);
+    ck_assert_uint_eq(sa.evicted_records, 38);
+    ck_assert_uint_le(sa.drops, 40);
+    ck_assert_uint_gt(sa.drops_written, 300);
+    ck_assert_uint_ge(sa.curr_items, 4);
+    ck_assert_uint_eq(sa.mutations,
+                      sa.curr_items + sa.evicted_records + sa.drops);
+    store_destroy(a);
 }
 END_TEST
 
@@ -2226,6 +2258,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_eviction_local);
     tcase_add_test(tc, test_eviction_mixed_sizes);
     tcase_add_test(tc, test_eviction_record_overflow);
+    tcase_add_test(tc, test_drops_bounded);
     tcase_add_test(tc, test_eviction_churn);
     tcase_add_test(tc, test_nomem);
     tcase_add_test(tc, test_too_large);
