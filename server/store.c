@@ -1759,12 +1759,13 @@ store *store_create(const store_options *o, int *err)
     atomic_init(&s->item_limit, o->memory_limit);
     atomic_init(&s->limit_now, o->memory_limit);
     if (nrec != 0) {
-        /* A sixteenth of the entries for drops to start with; that table
-         * grows beyond it when it must (drops_resize counts the growth). */
+        /* A sixteenth of the entries for drops to start with (at most
+         * DROP_MAX_ENTRIES); that table grows beyond it when it must
+         * (drops_resize counts the growth). */
         s->drop_cap0 = nrec / 16 ? nrec / 16 : 1;
+        if (s->drop_cap0 > DROP_MAX_ENTRIES)
+            s->drop_cap0 = DROP_MAX_ENTRIES; /* the bound holds for all */
         s->drop_cap_max = nrec < DROP_MAX_ENTRIES ? nrec : DROP_MAX_ENTRIES;
-        if (s->drop_cap_max < s->drop_cap0)
-            s->drop_cap_max = s->drop_cap0;
         s->recs = evrec_create(nrec > s->drop_cap0 ? nrec - s->drop_cap0 : 1,
                                rng_next());
         s->droptab = evrec_create(s->drop_cap0, rng_next());
