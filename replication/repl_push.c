@@ -24,6 +24,10 @@
 
 #include <event2/event.h>
 
+/* Writes a push frame batch takes at most; a window that carried a full
+ * batch is not waited for again. */
+#define PUSH_BATCH 512
+
 /* ========================================================== eager push */
 
 /* Store listener: runs on client worker threads. */
@@ -199,7 +203,7 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
         push_frame(r, len, count, only, last);
 }
 
-/* Sends everything queued, in batches of up to 512 writes. */
+/* Sends everything queued, in batches of up to PUSH_BATCH writes. */
 static void push_drain(struct repl *r)
 {
     size_t cap = repl_records_cap(r);
@@ -208,10 +212,10 @@ static void push_drain(struct repl *r)
         return;
     size_t total = 0;
     for (;;) {
-        store_item *batch[512];
+        store_item *batch[PUSH_BATCH];
         size_t n = 0;
         pthread_mutex_lock(&r->qlock);
-        while (n < 512 && r->qlen > 0) {
+        while (n < PUSH_BATCH && r->qlen > 0) {
             batch[n++] = r->queue[r->qhead];
             r->qhead = (r->qhead + 1) % r->qcap;
             r->qlen--;
@@ -279,7 +283,7 @@ void repl_on_wake(evutil_socket_t fd, short what, void *arg)
     uint64_t window = (uint64_t)r->o.push_delay_us * 1000;
     uint64_t now = repl_now_ns();
     if (window > 0 && now - r->last_push_ns < 2 * window &&
-        r->last_push_n < 512 && arm_window(r))
+        r->last_push_n < PUSH_BATCH && arm_window(r))
         return;
     push_drain(r);
 }
@@ -291,7 +295,7 @@ void repl_on_push_timer(evutil_socket_t fd, short what, void *arg)
     (void)what;
     r->push_armed = false;
     push_drain(r);
-    if (r->last_push_n > 0 && r->last_push_n < 512 && arm_window(r))
+    if (r->last_push_n > 0 && r->last_push_n < PUSH_BATCH && arm_window(r))
         return;
     /* The stream paused (or a window filled): writers wake this thread
      * again. A write queued before the flag went down has not woken it,
@@ -460,9 +464,9 @@ static uint64_t resume_resend(struct repl *r, struct peer *p, uint64_t run,
         return 0;
     uint64_t to = p->link_seq;
     for (uint64_t q = from; q < to;) {
-        store_item *batch[512];
+        store_item *batch[PUSH_BATCH];
         size_t n = 0;
-        while (n < 512 && q + n < to)
+        while (n < PUSH_BATCH && q + n < to)
             batch[n] = g->items[(q + n) & (g->cap - 1)], n++;
         push_batch(r, batch, n, p, q);
         q += n;
