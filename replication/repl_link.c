@@ -52,6 +52,8 @@ struct repl_link {
     char addr[64];       /* the other side's address, once connected */
     uint64_t seq_out, seq_in;
     bool read_paused; /* output over the high water: not reading */
+    bool direct;      /* plain and ready: frames are written as they are
+                         queued (link_write_through) */
     bool closing;     /* close once the output is sent */
     int closing_why;  /* and report this (REPL_LINK_CLOSED_SELF or _DUPLICATE)
                        */
@@ -161,6 +163,42 @@ void repl_link_close(repl_link *l)
 
 /* ============================================================ sending */
 
+/*
+ * Writes as much of out as the socket takes now. A socket bufferevent
+ * keeps the start of its output frozen (only its own write drains it), so
+ * this thaws it around the write, as the bufferevent does itself.
+ */
+static void link_write_out(struct evbuffer *out, evutil_socket_t fd)
+{
+    evbuffer_unfreeze(out, 1);
+    while (evbuffer_get_length(out) != 0)
+        if (evbuffer_write(out, fd) <= 0)
+            break;
+    evbuffer_freeze(out, 1);
+}
+
+/*
+ * A ready link without TLS writes a frame to its socket as soon as it is
+ * queued, with the bufferevent's write event off, and turns the event on
+ * only for what the socket did not take (on_write turns it off again once
+ * the output is empty). Through the bufferevent alone, every frame cost
+ * an epoll_ctl to add the write event, a wake-up to learn the socket was
+ * writable, and another epoll_ctl to remove the event: for eager pushes,
+ * several system calls per window on the node that takes the writes.
+ * While the event is on, frames queue behind the output as before, so
+ * they still leave in order. An error is left to the bufferevent: with
+ * the frame still queued and the event on, its own write reports it.
+ */
+static void link_write_through(repl_link *l)
+{
+    struct evbuffer *out = bufferevent_get_output(l->bev);
+    if (bufferevent_get_enabled(l->bev) & EV_WRITE)
+        return;
+    link_write_out(out, bufferevent_getfd(l->bev));
+    if (evbuffer_get_length(out) != 0)
+        bufferevent_enable(l->bev, EV_WRITE);
+}
+
 /* Builds one frame straight into the output buffer. */
 static int link_queue(repl_link *l, uint8_t type, const uint8_t *payload,
                       uint32_t len)
@@ -191,6 +229,8 @@ static int link_queue(repl_link *l, uint8_t type, const uint8_t *payload,
     if (mac)
         l->seq_out++;
     count(l->o.bytes_sent, (uint64_t)n);
+    if (l->direct)
+        link_write_through(l);
     return REPL_LINK_OK;
 }
 
@@ -216,9 +256,8 @@ int repl_link_send_now(repl_link *l, uint8_t type, const uint8_t *payload,
      * queue, never in the middle of one.
      */
     struct evbuffer *out = bufferevent_get_output(l->bev);
-    while (evbuffer_get_length(out) != 0)
-        if (evbuffer_write(out, bufferevent_getfd(l->bev)) <= 0)
-            break;
+    if (!l->ssl) /* with TLS the output is plaintext, for the session */
+        link_write_out(out, bufferevent_getfd(l->bev));
     if (evbuffer_get_length(out) != 0)
         return REPL_LINK_ERR_BUSY;
     if (len > REPL_WIRE_MAX_PAYLOAD)
@@ -269,6 +308,11 @@ static void become_ready(repl_link *l)
     l->state = L_READY;
     struct timeval tv = {(time_t)l->o.idle_s, 0};
     bufferevent_set_timeouts(l->bev, l->o.idle_s ? &tv : NULL, NULL);
+    if (!l->ssl) {
+        l->direct = true;
+        if (evbuffer_get_length(bufferevent_get_output(l->bev)) == 0)
+            bufferevent_disable(l->bev, EV_WRITE);
+    }
     if (l->ops->ready)
         l->ops->ready(l->arg, l);
 }
@@ -451,6 +495,8 @@ static void on_write(struct bufferevent *bev, void *arg)
         link_leave(l);
         return;
     }
+    if (l->direct && evbuffer_get_length(out) == 0)
+        bufferevent_disable(bev, EV_WRITE); /* see link_write_through */
     if (l->ops->writable)
         l->ops->writable(l->arg, l);
     if (!l->dead && l->read_paused &&
