@@ -8,6 +8,10 @@
  * reaches the capacity the tail first moves past holes, and if it finds an
  * entry there, that entry (the oldest) goes -- unless holes are a quarter
  * of the ring or more: then the entries move together first (compact).
+ *
+ * An ordered table has no ring: free slots are chained through `next`,
+ * and a binary min-heap of slot numbers by (exptime, gid), with each
+ * slot's place in it, names the entry a full table gives up.
  */
 #include "evrec.h"
 
@@ -35,9 +39,13 @@ struct evrec {
     uint64_t seed;
     uint64_t head, tail;
     size_t count;
+    bool ordered;
+    uint32_t *heap; /* ordered: slot numbers, least first */
+    uint32_t *hpos; /* ordered: each slot's place in heap */
+    uint32_t free1; /* ordered: first free slot + 1, 0 = none */
 };
 
-evrec *evrec_create(size_t capacity, uint64_t seed)
+static evrec *table_new(size_t capacity, uint64_t seed, bool ordered)
 {
     evrec *t;
     uint64_t nb = 1;
@@ -58,7 +66,29 @@ evrec *evrec_create(size_t capacity, uint64_t seed)
     t->cap = capacity;
     t->imask = nb - 1;
     t->seed = seed | 1;
+    if (ordered) {
+        t->ordered = true;
+        t->heap = calloc(capacity, sizeof(*t->heap));
+        t->hpos = calloc(capacity, sizeof(*t->hpos));
+        if (t->heap == NULL || t->hpos == NULL) {
+            evrec_destroy(t);
+            return NULL;
+        }
+        for (size_t i = 0; i + 1 < capacity; i++)
+            t->slots[i].next = (uint32_t)i + 2;
+        t->free1 = 1;
+    }
     return t;
+}
+
+evrec *evrec_create(size_t capacity, uint64_t seed)
+{
+    return table_new(capacity, seed, false);
+}
+
+evrec *evrec_create_ordered(size_t capacity, uint64_t seed)
+{
+    return table_new(capacity, seed, true);
 }
 
 void evrec_destroy(evrec *t)
@@ -67,6 +97,8 @@ void evrec_destroy(evrec *t)
         return;
     free(t->slots);
     free(t->index);
+    free(t->heap);
+    free(t->hpos);
     free(t);
 }
 
@@ -111,17 +143,84 @@ static void to_entry(const struct slot *sl, evrec_entry *e)
     e->kind = sl->kind;
 }
 
+/* ========================================================== the heap */
+
+static bool key_less(uint32_t ea, uint64_t ga, uint32_t eb, uint64_t gb)
+{
+    return ea != eb ? ea < eb : ga < gb;
+}
+
+static bool slot_less(const evrec *t, uint32_t a, uint32_t b)
+{
+    const struct slot *x = &t->slots[a], *y = &t->slots[b];
+    return key_less(x->exptime, x->gid, y->exptime, y->gid);
+}
+
+static void heap_set(evrec *t, size_t i, uint32_t slot)
+{
+    t->heap[i] = slot;
+    t->hpos[slot] = (uint32_t)i;
+}
+
+static void sift_up(evrec *t, size_t i)
+{
+    uint32_t x = t->heap[i];
+
+    while (i > 0 && slot_less(t, x, t->heap[(i - 1) / 2])) {
+        heap_set(t, i, t->heap[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    heap_set(t, i, x);
+}
+
+/* Heap of n entries. */
+static void sift_down(evrec *t, size_t i, size_t n)
+{
+    uint32_t x = t->heap[i];
+
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && slot_less(t, t->heap[c + 1], t->heap[c]))
+            c++;
+        if (!slot_less(t, t->heap[c], x))
+            break;
+        heap_set(t, i, t->heap[c]);
+        i = c;
+    }
+    heap_set(t, i, x);
+}
+
+/* Takes slot out of the heap of t->count entries. */
+static void heap_remove(evrec *t, uint32_t slot)
+{
+    size_t i = t->hpos[slot], last = t->count - 1;
+
+    if (i != last) {
+        uint32_t moved = t->heap[last];
+        heap_set(t, i, moved);
+        sift_down(t, i, last);
+        sift_up(t, t->hpos[moved]);
+    }
+}
+
+/* ========================================================== the table */
+
 int evrec_resize(evrec *t, size_t capacity)
 {
     evrec *n;
 
     if (capacity < t->count || capacity == 0)
         return -1;
-    n = evrec_create(capacity, t->seed);
+    n = table_new(capacity, t->seed, t->ordered);
     if (n == NULL)
         return -1;
-    /* Oldest first, so that the order of entries is kept. */
-    for (uint64_t p = t->tail; p < t->head; p++) {
+    /* Oldest first, so that the order of entries is kept (an ordered
+     * table has room for all and keeps no order of arrival). */
+    uint64_t from = t->ordered ? 0 : t->tail,
+             to = t->ordered ? t->cap : t->head;
+    for (uint64_t p = from; p < to; p++) {
         struct slot *sl = &t->slots[p % t->cap];
         evrec_entry e;
         if (sl->gid == 0)
@@ -131,6 +230,8 @@ int evrec_resize(evrec *t, size_t capacity)
     }
     free(t->slots);
     free(t->index);
+    free(t->heap);
+    free(t->hpos);
     *t = *n;
     free(n);
     return 0;
@@ -147,15 +248,23 @@ bool evrec_find(const evrec *t, uint64_t gid, evrec_entry *out)
     return true;
 }
 
-/* Unlinks the slot *pp names and frees it (a hole in the ring). */
+/* Unlinks the slot *pp names and frees it (a hole in the ring; in an
+ * ordered table, out of the heap and onto the free chain). */
 static void drop_at(evrec *t, uint32_t *pp, evrec_entry *out)
 {
-    struct slot *sl = &t->slots[*pp - 1];
+    uint32_t i = *pp - 1;
+    struct slot *sl = &t->slots[i];
 
     if (out != NULL)
         to_entry(sl, out);
     *pp = sl->next;
+    if (t->ordered)
+        heap_remove(t, i);
     memset(sl, 0, sizeof(*sl));
+    if (t->ordered) {
+        sl->next = t->free1;
+        t->free1 = i + 1;
+    }
     t->count--;
 }
 
@@ -208,6 +317,50 @@ static void compact(evrec *t)
     t->head = w;
 }
 
+bool evrec_admits(const evrec *t, const evrec_entry *e)
+{
+    if (!t->ordered || t->count < t->cap || link_of(t, e->gid) != NULL)
+        return true;
+    const struct slot *m = &t->slots[t->heap[0]];
+    return !key_less(e->exptime, e->gid, m->exptime, m->gid);
+}
+
+static void fill_slot(struct slot *sl, const evrec_entry *e)
+{
+    sl->gid = e->gid;
+    sl->ticks = e->ticks;
+    sl->node = e->node;
+    sl->exptime = e->exptime;
+    sl->part = e->part;
+    sl->kind = e->kind;
+}
+
+static bool put_ordered(evrec *t, const evrec_entry *e, evrec_entry *evicted)
+{
+    bool dropped = false;
+
+    if (t->count == t->cap) {
+        if (!evrec_admits(t, e)) {
+            if (evicted != NULL)
+                *evicted = *e;
+            return true;
+        }
+        drop_at(t, link_of(t, t->slots[t->heap[0]].gid), evicted);
+        dropped = true;
+    }
+    uint32_t i = t->free1 - 1;
+    struct slot *sl = &t->slots[i];
+    uint32_t *b = bucket(t, e->gid);
+    t->free1 = sl->next;
+    fill_slot(sl, e);
+    sl->next = *b;
+    *b = i + 1;
+    heap_set(t, t->count, i);
+    sift_up(t, t->count);
+    t->count++;
+    return dropped;
+}
+
 bool evrec_put(evrec *t, const evrec_entry *e, evrec_entry *evicted)
 {
     bool dropped = false;
@@ -215,6 +368,8 @@ bool evrec_put(evrec *t, const evrec_entry *e, evrec_entry *evicted)
     if (e->gid == 0)
         return false;
     evrec_remove(t, e->gid, NULL);
+    if (t->ordered)
+        return put_ordered(t, e, evicted);
     /* Move the tail past holes; if the ring is still full, close the holes
      * when there are many, else its oldest entry goes. */
     while (t->tail < t->head && t->slots[t->tail % t->cap].gid == 0)
@@ -228,12 +383,7 @@ bool evrec_put(evrec *t, const evrec_entry *e, evrec_entry *evicted)
     size_t i = (size_t)(t->head % t->cap);
     struct slot *sl = &t->slots[i];
     uint32_t *b = bucket(t, e->gid);
-    sl->gid = e->gid;
-    sl->ticks = e->ticks;
-    sl->node = e->node;
-    sl->exptime = e->exptime;
-    sl->part = e->part;
-    sl->kind = e->kind;
+    fill_slot(sl, e);
     sl->next = *b;
     *b = (uint32_t)i + 1;
     t->head++;
@@ -244,10 +394,12 @@ bool evrec_put(evrec *t, const evrec_entry *e, evrec_entry *evicted)
 size_t evrec_walk(evrec *t, uint64_t *cursor, size_t budget, evrec_fn fn,
                   void *arg)
 {
-    uint64_t p = *cursor < t->tail ? t->tail : *cursor;
+    uint64_t start = t->ordered ? 0 : t->tail;
+    uint64_t end = t->ordered ? t->cap : t->head;
+    uint64_t p = *cursor < start ? start : *cursor;
     size_t removed = 0;
 
-    for (; p < t->head && budget > 0; p++, budget--) {
+    for (; p < end && budget > 0; p++, budget--) {
         struct slot *sl = &t->slots[p % t->cap];
         evrec_entry e;
         if (sl->gid == 0)
@@ -258,6 +410,6 @@ size_t evrec_walk(evrec *t, uint64_t *cursor, size_t budget, evrec_fn fn,
             removed++;
         }
     }
-    *cursor = p < t->head ? p : 0;
+    *cursor = p < end ? p : 0;
     return removed;
 }

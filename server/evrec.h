@@ -31,6 +31,8 @@ typedef struct evrec evrec;
 
 /* Bytes one entry costs (slot and index), to size a table from a budget. */
 #define EVREC_ENTRY_BYTES 36u
+/* And in an ordered table (its heap and each slot's place in it). */
+#define EVREC_ORDERED_ENTRY_BYTES 44u
 
 /*
  * A table of `capacity` entries (>= 1, < 2^31), or NULL without memory.
@@ -38,7 +40,23 @@ typedef struct evrec evrec;
  * it a client could pile entries into one chain.
  */
 evrec *evrec_create(size_t capacity, uint64_t seed);
+
+/*
+ * An ordered table: instead of its oldest entry, a full one gives up its
+ * least entry by (exptime, gid), and an entry below all it holds does not
+ * enter (evrec_put reports it as the one given up). What it holds is then
+ * a function of the entries it was given, not of their order: two full
+ * tables given the same entries in any order hold the same ones. Walks go
+ * in slot order, not oldest first.
+ */
+evrec *evrec_create_ordered(size_t capacity, uint64_t seed);
 void evrec_destroy(evrec *t);
+
+/*
+ * Whether evrec_put would keep e: always, unless the table is ordered,
+ * full, holds no entry for e's gid and e is below its least entry.
+ */
+bool evrec_admits(const evrec *t, const evrec_entry *e);
 
 size_t evrec_capacity(const evrec *t);
 size_t evrec_count(const evrec *t);
@@ -61,8 +79,9 @@ bool evrec_remove(evrec *t, uint64_t gid, evrec_entry *out);
 
 /*
  * Adds e as the newest entry. Any entry gid already has is removed first.
- * When the table has no room, its oldest entry is removed to make room and
- * copied to *evicted (may be NULL); returns true then, false otherwise.
+ * When the table has no room, its oldest entry (ordered: its least, which
+ * may be e itself, then not added) is removed to make room and copied to
+ * *evicted (may be NULL); returns true then, false otherwise.
  * Room: removals leave holes in the order of entries, which are reused
  * once they are the oldest, or all at once when they reach a quarter of
  * the capacity; so a put may remove the oldest entry while up to a quarter

@@ -135,8 +135,9 @@
  * like any mutation, so rounds take it to every peer, where it beats the value
  * it names (the cluster-wide drop, the one case where an eviction reaches
  * other nodes: when a node's record space runs out). A drop leaves every set
- * DROP_GRACE seconds after it was written. A full drops' table lets its oldest
- * drop go early; a peer may then refill that value once, which a cache may do.
+ * DROP_GRACE seconds after it was written. A full drops' table lets its least
+ * drop (oldest by creation second) go early, and drops below it at once; a
+ * peer may then refill that value once, which a cache may do.
  * Under steady eviction that is the common case: drops are written as fast
  * as values are evicted, far more than a minute's worth fits.
  * Records and drops are not reported to the listener (no push): rounds carry
@@ -190,9 +191,11 @@
 #define MAX_STRIPE_BITS 12
 /* Seconds a drop (STORE_KIND_DROP) stays in the set (at most the grace). */
 #define DROP_GRACE 60
-/* The drops' table grows to at most this many entries (1.1 MiB), or to as
+/* The drops' table grows to at most this many entries (1.4 MiB), or to as
  * many as the records' table has when that is fewer (see rec_put). */
 #define DROP_MAX_ENTRIES 32768
+/* What a drop's slot costs (the drops' table is an ordered one). */
+#define DROP_ENTRY_BYTES EVREC_ORDERED_ENTRY_BYTES
 /* Ticks beyond this are refused so that ticks + 1 can never wrap. */
 #define TICKS_MAX (UINT64_MAX - (1ULL << 32))
 /* Upper bound of evictions one write may cause before giving up. */
@@ -1108,32 +1111,14 @@ static bool drops_resize(store *s, size_t cap)
     if (evrec_resize(s->droptab, cap) != 0)
         return false;
     if (cap > old)
-        atomic_fetch_add_explicit(&s->mem_used,
-                                  (cap - old) * EVREC_ENTRY_BYTES, RELAXED);
+        atomic_fetch_add_explicit(&s->mem_used, (cap - old) * DROP_ENTRY_BYTES,
+                                  RELAXED);
     else
-        atomic_fetch_sub_explicit(&s->mem_used,
-                                  (old - cap) * EVREC_ENTRY_BYTES, RELAXED);
+        atomic_fetch_sub_explicit(&s->mem_used, (old - cap) * DROP_ENTRY_BYTES,
+                                  RELAXED);
     return true;
 }
 
-/*
- * Puts e, already counted in the set, into its table (rec_lock held). The
- * records' table has a fixed size and gives up its oldest entry when full:
- * that record becomes a drop one tick newer, so that peers holding its
- * value let it go too. The drops' table absorbs a burst by growing (its
- * memory counted against the limit like items', so writes evict to pay
- * for it), up to drop_cap_max entries; beyond, or when memory for growing
- * is lacking, the oldest drop goes early (a peer may then refill its
- * value). Growing without that bound, under steady eviction the drops (a
- * minute of evictions) took nearly all of the limit: a node at -m 64 held
- * 40,000 100-byte items instead of 355,000. The bound is one number for
- * every node whose record share reaches it (DROP_MAX_ENTRIES; -m 24 and
- * up by default), not a share of each node's memory: a drop let go early
- * that a peer still holds comes back at the next round and pushes out
- * another, so a small node beside a big one whose table held four times
- * as many drops kept 4 MB/s of rounds going between them for the drops'
- * minute; with equal tables both let the same drops go.
- */
 /*
  * An unlinked item that stands for drop d, for the listener (which pushes
  * it at once, so that peers let the value go while the drop is young):
@@ -1154,6 +1139,33 @@ static store_item *drop_item(store *s, const evrec_entry *d)
     return it;
 }
 
+/*
+ * Puts e, already counted in the set, into its table (rec_lock held). The
+ * records' table has a fixed size and gives up its oldest entry when full:
+ * that record becomes a drop one tick newer, so that peers holding its
+ * value let it go too. The drops' table absorbs a burst by growing (its
+ * memory counted against the limit like items', so writes evict to pay
+ * for it), up to drop_cap_max entries; beyond, or when memory for growing
+ * is lacking, its least drop goes early (a peer may then refill its
+ * value). Least by creation second, then gid (an ordered evrec), not by
+ * arrival, and a drop a peer sends that is below all a full table holds
+ * goes at once (evrec_put): so what a full table holds is a
+ * function of the drops it has seen, and two nodes that have seen the
+ * same drops hold the same ones. Letting the first arrived go instead,
+ * two equal -m 8 nodes left idle after steady eviction sent each other 2
+ * to 7 MB/s for the drops' whole minute: each let go drops the other
+ * still held, took them back at the next round, and let others go for
+ * them. Growing without that bound, under steady eviction the drops (a
+ * minute of evictions) took nearly all of the limit: a node at -m 64 held
+ * 40,000 100-byte items instead of 355,000. The bound is one number for
+ * every node whose record share reaches it (DROP_MAX_ENTRIES; -m 24 and
+ * up by default), not a share of each node's memory: a drop let go early
+ * that a peer still holds comes back at the next round and pushes out
+ * another, so a small node beside a big one whose table held four times
+ * as many drops kept 4 MB/s of rounds going between them for the drops'
+ * minute (an ordered table below the other's would still refuse the
+ * other's extra drops every round); with equal tables both keep the same.
+ */
 static void rec_put(store *s, const evrec_entry *e, const tnow *t,
                     store_item **note)
 {
@@ -1659,7 +1671,7 @@ static inline size_t table_bytes(store *s)
  * drops' first table is reserved (0 without records). */
 static inline size_t items_limit(const store *s, size_t bytes)
 {
-    return bytes - s->drop_cap0 * EVREC_ENTRY_BYTES;
+    return bytes - s->drop_cap0 * DROP_ENTRY_BYTES;
 }
 
 /*
@@ -1768,7 +1780,7 @@ store *store_create(const store_options *o, int *err)
         s->drop_cap_max = nrec < DROP_MAX_ENTRIES ? nrec : DROP_MAX_ENTRIES;
         s->recs = evrec_create(nrec > s->drop_cap0 ? nrec - s->drop_cap0 : 1,
                                rng_next());
-        s->droptab = evrec_create(s->drop_cap0, rng_next());
+        s->droptab = evrec_create_ordered(s->drop_cap0, rng_next());
         if (s->recs == NULL || s->droptab == NULL)
             goto fail_stripes;
         if (o->memory_limit != 0)
@@ -3136,9 +3148,9 @@ static bool rec_sweep_fn(void *arg, const evrec_entry *e)
 /*
  * Walks the key table from where the previous call stopped, removing dead
  * items, until it removed `budget` of them, visited about 8 * budget + 256
- * buckets, or came round once; then the record table likewise from its own
- * cursor, with what is left of both bounds. One stripe lock at a time;
- * concurrent sweeps take turns.
+ * buckets, or came round once; then the record tables likewise from their
+ * own cursors, with what is left of both bounds (at least a quarter of
+ * the visits). One stripe lock at a time; concurrent sweeps take turns.
  */
 size_t store_sweep(store *s, size_t budget)
 {
@@ -3185,12 +3197,18 @@ size_t store_sweep(store *s, size_t budget)
         }
         pthread_mutex_unlock(&sp->lock);
     }
-    if (s->recs != NULL && removed < budget && visits < cap) {
+    if (s->recs != NULL && removed < budget) {
+        /* The records get what the key table left of the visits, and at
+         * least a quarter of them: a key table larger than one call's
+         * visits never comes round within a call, and records and drops
+         * were then never swept (a drop stayed past its minute). */
+        size_t rvisits = visits < cap ? cap - visits : 0;
+        if (rvisits < cap / 4)
+            rvisits = cap / 4;
         struct rec_sweep rs = {s, {0, 0, 0}, NULL, budget - removed};
         tnow_get(s, &rs.t);
         pthread_mutex_lock(&s->rec_lock);
-        removed +=
-            recs_walk(s, s->rec_cursor, cap - visits, rec_sweep_fn, &rs);
+        removed += recs_walk(s, s->rec_cursor, rvisits, rec_sweep_fn, &rs);
         /* Drops expire in a minute: give back what a burst grew. */
         size_t dcap = evrec_capacity(s->droptab);
         if (dcap > s->drop_cap0 && evrec_count(s->droptab) < dcap / 4)
@@ -3325,7 +3343,8 @@ int store_set_memory_limit(store *s, size_t bytes)
     if (s == NULL || bytes == 0 || s->opt.memory_limit == 0)
         return STORE_ERR_INVAL;
     if (s->recs != NULL)
-        rec = (evrec_capacity(s->recs) + s->drop_cap0) * EVREC_ENTRY_BYTES;
+        rec = evrec_capacity(s->recs) * EVREC_ENTRY_BYTES +
+              s->drop_cap0 * DROP_ENTRY_BYTES;
     if (bytes <= rec)
         return STORE_ERR_INVAL;
     /* Readers take either limit; a write in flight may use the old one. */

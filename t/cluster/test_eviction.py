@@ -74,23 +74,28 @@ def peer_bytes(node):
                if k.endswith("bytes_sent") or k.endswith("bytes_recv"))
 
 
-def lone_items(megs, nkeys):
+def lone_items(megs, nkeys, size=VALUE):
     """Items a lone node (no replication) of -m megs holds after the same
     writes."""
     with harness.Server(["-m", str(megs), "-t", "2"]) as lone:
-        fill(lone.port, 0, nkeys)
+        fill(lone.port, 0, nkeys, size)
         return int(lone.stats()["curr_items"])
 
 
 class Eviction(unittest.TestCase):
-    def check_cluster(self, megs, nkeys, write_to, floor):
+    def check_cluster(self, megs, nkeys, write_to, floor, size=VALUE):
+        """Writes nkeys values of size bytes through node write_to; checks
+        that each node holds at least floor of a lone node's items and
+        that the full cluster is quiet; returns each node's stats."""
         with sized_cluster(megs) as cl:
             self.assertTrue(cl.wait_connected(), cl.logs())
-            fill(cl[write_to].port, 0, nkeys)
+            fill(cl[write_to].port, 0, nkeys, size)
             self.assertTrue(settled(cl), "no agreement:\n" + cl.logs())
-            lone = {m: lone_items(m, nkeys) for m in set(megs)}
+            lone = {m: lone_items(m, nkeys, size) for m in set(megs)}
+            stats = []
             for i, n in enumerate(cl.nodes):
                 st = n.stats()
+                stats.append(st)
                 held = int(st["curr_items"])
                 ratio = held / lone[megs[i]]
                 print("%s -m %d: %d items, lone %d, ratio %.3f, evicted "
@@ -108,7 +113,7 @@ class Eviction(unittest.TestCase):
             print("idle peer bytes/s per node: %s" % rates)
             for r in rates:
                 self.assertLess(r, 50000, cl.logs())
-            return cl
+            return stats
 
     def test_1_equal_nodes(self):
         # Three equal nodes, twice their memory written through one: each
@@ -125,7 +130,25 @@ class Eviction(unittest.TestCase):
         # left every node 28,191 of the 150,000 items.
         self.check_cluster([8, 32, 32], 18 * 1000, 1, 0.90)
 
-    def test_3_delete_and_newer_write_win_over_records(self):
+    def test_3_steady_eviction_of_small_values(self):
+        # Small values, about six times what -m 8 holds, through one node of
+        # an equal pair: once the records are full, every further eviction
+        # writes a drop. The drops' table, counted in -m, stays within its
+        # bound (as many entries as the records' table, at most 32,768), so
+        # the items held stay near a lone node's: with drops growing
+        # without bound, the same writes left a node no items at all
+        # (191,000 drops). And the pair is quiet once idle: when a full
+        # table let the drop that came first go, rather than its least,
+        # the two sent each other some 6 MB/s, each taking back the drops
+        # the other had let go.
+        stats = self.check_cluster([8, 8], 260000, 0, 0.85, size=100)
+        for st in stats:
+            cap = int(st["evicted_record_capacity"])
+            self.assertGreater(int(st["drops_written"]), 0, st)
+            self.assertLessEqual(int(st["drops"]),
+                                 min(32768, cap + cap // 15 + 1), st)
+
+    def test_4_delete_and_newer_write_win_over_records(self):
         with sized_cluster([8, 32]) as cl:
             self.assertTrue(cl.wait_connected(), cl.logs())
             small, big = cl[0], cl[1]

@@ -1,7 +1,9 @@
 /*
  * check_evrec.c -- unit tests of the compact record table: one entry per
  * gid, oldest-first eviction when full, removal leaving holes the ring
- * skips, walks with a cursor, and a randomized comparison with a model.
+ * skips, walks with a cursor, and a randomized comparison with a model;
+ * for ordered tables, the least entry goes, what a full table holds does
+ * not depend on the order entries came in, and a model comparison.
  */
 #include <check.h>
 #include <stdint.h>
@@ -175,6 +177,193 @@ START_TEST(test_model)
 }
 END_TEST
 
+/* An entry with the given expiry (the ordered tables' first key). */
+static evrec_entry ent_at(uint64_t gid, uint32_t exptime)
+{
+    evrec_entry e = ent(gid, gid * 10);
+    e.exptime = exptime;
+    return e;
+}
+
+START_TEST(test_ordered_least_goes)
+{
+    evrec *t = evrec_create_ordered(3, 5);
+    evrec_entry e, out;
+
+    ck_assert_ptr_nonnull(t);
+    e = ent_at(1, 50);
+    ck_assert(!evrec_put(t, &e, NULL));
+    e = ent_at(2, 30);
+    ck_assert(!evrec_put(t, &e, NULL));
+    e = ent_at(3, 40);
+    ck_assert(!evrec_put(t, &e, NULL));
+    /* Full: the least (expiry 30), not the first put, goes. */
+    e = ent_at(4, 45);
+    ck_assert(evrec_admits(t, &e));
+    ck_assert(evrec_put(t, &e, &out));
+    ck_assert_uint_eq(out.gid, 2);
+    /* Below everything held: not let in; put reports it as given up and
+     * the table is unchanged. */
+    e = ent_at(5, 10);
+    ck_assert(!evrec_admits(t, &e));
+    ck_assert(evrec_put(t, &e, &out));
+    ck_assert_uint_eq(out.gid, 5);
+    ck_assert(!evrec_find(t, 5, NULL));
+    ck_assert_uint_eq(evrec_count(t), 3);
+    /* Equal expiries: the gid decides. */
+    e = ent_at(6, 40);
+    ck_assert(evrec_put(t, &e, &out));
+    ck_assert_uint_eq(out.gid, 3);
+    e = ent_at(0x10, 40);
+    ck_assert(evrec_put(t, &e, &out));
+    ck_assert_uint_eq(out.gid, 6);
+    /* A gid it holds is always let in (a replacement). */
+    e = ent_at(1, 5);
+    ck_assert(evrec_admits(t, &e));
+    ck_assert(!evrec_put(t, &e, NULL));
+    ck_assert(evrec_find(t, 1, &out));
+    ck_assert_uint_eq(out.exptime, 5);
+    /* Removal frees a slot for the next put. */
+    ck_assert(evrec_remove(t, 4, NULL));
+    e = ent_at(7, 1);
+    ck_assert(!evrec_put(t, &e, NULL));
+    ck_assert_uint_eq(evrec_count(t), 3);
+    /* Resizing keeps every entry and the order. */
+    ck_assert_int_eq(evrec_resize(t, 8), 0);
+    ck_assert_uint_eq(evrec_count(t), 3);
+    ck_assert_int_eq(evrec_resize(t, 3), 0);
+    e = ent_at(8, 100);
+    ck_assert(evrec_put(t, &e, &out));
+    ck_assert_uint_eq(out.gid, 7);
+    evrec_destroy(t);
+}
+END_TEST
+
+static uint64_t xorshift(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* Two full tables fed the same entries in different orders end up with
+ * the same entries: the ones of greatest (expiry, gid). */
+START_TEST(test_ordered_order_free)
+{
+    enum { CAP = 100, N = 1000 };
+    evrec *a = evrec_create_ordered(CAP, 1), *b = evrec_create_ordered(CAP, 2);
+    evrec_entry es[N];
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+
+    for (int i = 0; i < N; i++)
+        es[i] = ent_at((uint64_t)i + 1, (uint32_t)(xorshift(&x) % 60));
+    for (int i = 0; i < N; i++)
+        evrec_put(a, &es[i], NULL);
+    /* b: in a shuffled order, some entries twice. */
+    int idx[N];
+    for (int i = 0; i < N; i++)
+        idx[i] = i;
+    for (int i = N - 1; i > 0; i--) {
+        int j = (int)(xorshift(&x) % (uint64_t)(i + 1)), tmp = idx[i];
+        idx[i] = idx[j];
+        idx[j] = tmp;
+    }
+    for (int i = 0; i < N; i++) {
+        evrec_put(b, &es[idx[i]], NULL);
+        if (i % 7 == 0)
+            evrec_put(b, &es[idx[i / 2]], NULL);
+    }
+    ck_assert_uint_eq(evrec_count(a), CAP);
+    ck_assert_uint_eq(evrec_count(b), CAP);
+    /* Which ones: the CAP greatest keys. */
+    int kept = 0;
+    for (int i = 0; i < N; i++) {
+        int above = 0;
+        for (int j = 0; j < N; j++)
+            above += es[j].exptime > es[i].exptime ||
+                     (es[j].exptime == es[i].exptime && es[j].gid > es[i].gid);
+        bool want = above < CAP;
+        ck_assert(evrec_find(a, es[i].gid, NULL) == want);
+        ck_assert(evrec_find(b, es[i].gid, NULL) == want);
+        kept += want;
+    }
+    ck_assert_int_eq(kept, CAP);
+    evrec_destroy(a);
+    evrec_destroy(b);
+}
+END_TEST
+
+/* Random puts, removals and walks against a model of an ordered table. */
+START_TEST(test_ordered_model)
+{
+    enum { CAP = 48, GIDS = 160, OPS = 100000 };
+    evrec *t = evrec_create_ordered(CAP, 42);
+    uint32_t held[GIDS + 1]; /* model: expiry + 1, 0 = absent */
+    uint64_t x = 1234567;
+
+    memset(held, 0, sizeof(held));
+    for (int op = 0; op < OPS; op++) {
+        uint64_t r = xorshift(&x), g = 1 + r % GIDS;
+        uint32_t exp = (uint32_t)((r >> 20) % 40);
+        if ((r >> 40) % 4 == 0) {
+            ck_assert(evrec_remove(t, g, NULL) == (held[g] != 0));
+            held[g] = 0;
+            continue;
+        }
+        if ((r >> 40) % 97 == 1) {
+            /* A walk that removes even gids: the model follows. */
+            uint64_t cur = 0;
+            size_t seen = 0;
+            do
+                evrec_walk(t, &cur, 16, drop_even, &seen);
+            while (cur != 0);
+            for (uint64_t i = 2; i <= GIDS; i += 2)
+                held[i] = 0;
+            continue;
+        }
+        /* The model's least entry other than g's, and how many are held. */
+        size_t n = 0;
+        uint64_t lg = 0;
+        for (uint64_t i = 1; i <= GIDS; i++) {
+            if (held[i] == 0 || i == g)
+                continue;
+            n++;
+            if (lg == 0 || held[i] < held[lg] ||
+                (held[i] == held[lg] && i < lg))
+                lg = i;
+        }
+        evrec_entry e = ent_at(g, exp), out;
+        bool in =
+            n < CAP || exp + 1 > held[lg] || (exp + 1 == held[lg] && g > lg);
+        ck_assert(evrec_admits(t, &e) == (in || held[g] != 0));
+        bool dropped = evrec_put(t, &e, &out);
+        held[g] = 0;
+        if (n == CAP) {
+            ck_assert(dropped);
+            ck_assert_uint_eq(out.gid, in ? lg : g);
+            if (in) {
+                held[lg] = 0;
+                held[g] = exp + 1;
+            }
+        } else {
+            ck_assert(!dropped);
+            held[g] = exp + 1;
+        }
+    }
+    size_t n = 0;
+    for (uint64_t i = 1; i <= GIDS; i++) {
+        evrec_entry got;
+        ck_assert(evrec_find(t, i, &got) == (held[i] != 0));
+        if (held[i] != 0)
+            ck_assert_uint_eq(got.exptime + 1, held[i]);
+        n += held[i] != 0;
+    }
+    ck_assert_uint_eq(evrec_count(t), n);
+    evrec_destroy(t);
+}
+END_TEST
+
 static Suite *evrec_suite(void)
 {
     Suite *s = suite_create("evrec");
@@ -183,6 +372,9 @@ static Suite *evrec_suite(void)
     tcase_add_test(tc, test_full_drops_oldest);
     tcase_add_test(tc, test_walk);
     tcase_add_test(tc, test_model);
+    tcase_add_test(tc, test_ordered_least_goes);
+    tcase_add_test(tc, test_ordered_order_free);
+    tcase_add_test(tc, test_ordered_model);
     suite_add_tcase(s, tc);
     return s;
 }
