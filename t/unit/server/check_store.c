@@ -1594,27 +1594,6 @@ static void idvec_add(void *arg, const riblt_id *id)
 
 /* Gives `to` every mutation `from` holds that `to` lacks, as a round's
  * fetch would (ids, then store_fetch_mutation, then store_apply). */
-static size_t give_missing(store *from, store *to)
-{
-    idvec iv = {NULL, 0, 0};
-    size_t moved = 0;
-
-    store_journal_ids(from, idvec_add, &iv);
-    for (size_t i = 0; i < iv.n; i++) {
-        store_mutation m;
-        store_item *hold;
-        if (store_has(to, &iv.v[i]) ||
-            !store_fetch_mutation(from, &iv.v[i], &m, &hold))
-            continue;
-        int r = store_apply(to, &m);
-        ck_assert(r == STORE_OK || r == STORE_STALE);
-        moved++;
-        store_item_release(hold);
-    }
-    free(iv.v);
-    return moved;
-}
-
 /*
  * Gives `to` at most `max` mutations that `from` has and it lacks, looking
  * from the journal's id number `start` on (round the end), so that
@@ -1640,6 +1619,11 @@ static size_t give_some(store *from, store *to, size_t max, size_t start)
     }
     free(iv.v);
     return moved;
+}
+
+static size_t give_missing(store *from, store *to)
+{
+    return give_some(from, to, SIZE_MAX, 0);
 }
 
 /* Both directions, as rounds would, until neither side lacks anything. */
