@@ -1592,8 +1592,6 @@ static void idvec_add(void *arg, const riblt_id *id)
     iv->v[iv->n++] = *id;
 }
 
-/* Gives `to` every mutation `from` holds that `to` lacks, as a round's
- * fetch would (ids, then store_fetch_mutation, then store_apply). */
 /*
  * Gives `to` at most `max` mutations that `from` has and it lacks, looking
  * from the journal's id number `start` on (round the end), so that
@@ -1621,6 +1619,8 @@ static size_t give_some(store *from, store *to, size_t max, size_t start)
     return moved;
 }
 
+/* Gives `to` every mutation `from` holds that `to` lacks, as a round's
+ * fetch would (ids, then store_fetch_mutation, then store_apply). */
 static size_t give_missing(store *from, store *to)
 {
     return give_some(from, to, SIZE_MAX, 0);
