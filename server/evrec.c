@@ -207,6 +207,14 @@ static void heap_remove(evrec *t, uint32_t slot)
 
 /* ========================================================== the table */
 
+/* The positions that may hold entries: the ring's [tail, head), or every
+ * slot of an ordered table. */
+static void span(const evrec *t, uint64_t *from, uint64_t *to)
+{
+    *from = t->ordered ? 0 : t->tail;
+    *to = t->ordered ? t->cap : t->head;
+}
+
 int evrec_resize(evrec *t, size_t capacity)
 {
     evrec *n;
@@ -218,8 +226,8 @@ int evrec_resize(evrec *t, size_t capacity)
         return -1;
     /* Oldest first, so that the order of entries is kept (an ordered
      * table has room for all and keeps no order of arrival). */
-    uint64_t from = t->ordered ? 0 : t->tail,
-             to = t->ordered ? t->cap : t->head;
+    uint64_t from, to;
+    span(t, &from, &to);
     for (uint64_t p = from; p < to; p++) {
         struct slot *sl = &t->slots[p % t->cap];
         evrec_entry e;
@@ -325,14 +333,20 @@ bool evrec_admits(const evrec *t, const evrec_entry *e)
     return !key_less(e->exptime, e->gid, m->exptime, m->gid);
 }
 
-static void fill_slot(struct slot *sl, const evrec_entry *e)
+/* Fills slot i with e and links it into the index. */
+static void link_slot(evrec *t, uint32_t i, const evrec_entry *e)
 {
+    struct slot *sl = &t->slots[i];
+    uint32_t *b = bucket(t, e->gid);
+
     sl->gid = e->gid;
     sl->ticks = e->ticks;
     sl->node = e->node;
     sl->exptime = e->exptime;
     sl->part = e->part;
     sl->kind = e->kind;
+    sl->next = *b;
+    *b = i + 1;
 }
 
 static bool put_ordered(evrec *t, const evrec_entry *e, evrec_entry *evicted)
@@ -349,12 +363,8 @@ static bool put_ordered(evrec *t, const evrec_entry *e, evrec_entry *evicted)
         dropped = true;
     }
     uint32_t i = t->free1 - 1;
-    struct slot *sl = &t->slots[i];
-    uint32_t *b = bucket(t, e->gid);
-    t->free1 = sl->next;
-    fill_slot(sl, e);
-    sl->next = *b;
-    *b = i + 1;
+    t->free1 = t->slots[i].next;
+    link_slot(t, i, e);
     heap_set(t, t->count, i);
     sift_up(t, t->count);
     t->count++;
@@ -380,12 +390,7 @@ bool evrec_put(evrec *t, const evrec_entry *e, evrec_entry *evicted)
     if (t->head - t->tail == t->cap)
         dropped = drop_oldest(t, evicted);
 
-    size_t i = (size_t)(t->head % t->cap);
-    struct slot *sl = &t->slots[i];
-    uint32_t *b = bucket(t, e->gid);
-    fill_slot(sl, e);
-    sl->next = *b;
-    *b = (uint32_t)i + 1;
+    link_slot(t, (uint32_t)(t->head % t->cap), e);
     t->head++;
     t->count++;
     return dropped;
@@ -394,8 +399,8 @@ bool evrec_put(evrec *t, const evrec_entry *e, evrec_entry *evicted)
 size_t evrec_walk(evrec *t, uint64_t *cursor, size_t budget, evrec_fn fn,
                   void *arg)
 {
-    uint64_t start = t->ordered ? 0 : t->tail;
-    uint64_t end = t->ordered ? t->cap : t->head;
+    uint64_t start, end;
+    span(t, &start, &end);
     uint64_t p = *cursor < start ? start : *cursor;
     size_t removed = 0;
 
