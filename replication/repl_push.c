@@ -35,7 +35,7 @@ void repl_on_change(void *arg, store_item *it, bool origin_local)
 {
     struct repl *r = arg;
     if (repl_partitioned(r)) {
-        uint32_t p = store_item_partition(it);
+        uint32_t p = store_item_partition(r->s, it);
         if (p <= r->P)
             ASTORE(r->changed_ns[p], repl_now_ns());
     }
@@ -183,7 +183,7 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
     uint64_t last = 0;
     for (size_t i = 0; i < n; i++) {
         if (only) {
-            uint32_t p = store_item_partition(batch[i]);
+            uint32_t p = store_item_partition(r->s, batch[i]);
             if (p < r->P && !ring_is_owner(r->ring, p, only->node_id))
                 continue;
         }

@@ -6,8 +6,9 @@
  * Contract of this implementation (store.h states the interface):
  *
  * Data structures.
- *   - An item is one allocation: a 53-byte header, key, value (see struct
- *     store_item for what the header leaves out and why). Its key, value,
+ *   - An item is one allocation: a 43-byte header, key, value, and for a
+ *     few items an 8-byte trailer (see struct store_item for what the
+ *     header leaves out and why). Its key, value,
  *     version, kind, flags and expiry never change after it is published;
  *     only bookkeeping (chain link, access time, bits) does, under the
  *     locks below or through atomics. It carries an atomic reference count;
@@ -30,9 +31,10 @@
  *     them, and store_sketch_read copies a slice that matches some state
  *     of the set. store_journal_ids walks the key table one stripe at a
  *     time, then the records.
- *   - Partitions. Every item carries its partition (16 bits; 0 when
- *     unpartitioned), computed once by item_new from the key; every record
- *     its key's. There is one sketch per partition (P + 1 in partitioned
+ *   - Partitions. An item's partition is its key's (0 when unpartitioned),
+ *     computed when needed (item_part: once as a mutation enters the set,
+ *     once as it leaves, and by walks that filter by partition); every
+ *     record carries its key's. There is one sketch per partition (P + 1 in partitioned
  *     mode, the last one the global partition of the empty key, one when
  *     unpartitioned) with the partition's counters (mutations, values,
  *     bytes), all under the set lock, so every partition's sketch is the
@@ -140,8 +142,8 @@
  * peer may then refill that value once, which a cache may do.
  * Under steady eviction that is the common case: drops are written as fast
  * as values are evicted, far more than a minute's worth fits.
- * Records and drops are not reported to the listener (no push): rounds carry
- * them. Tombstones and flushes are never evicted: when only they are left and
+ * Records are not reported to the listener (no push): rounds carry them. A
+ * drop is (drop_item), so that peers let the value go while it is young. Tombstones and flushes are never evicted: when only they are left and
  * there is still no room, the write fails with STORE_ERR_NOMEM. Memory is
  * accounted by each item's real allocation size (chunk.c's class, or the
  * general allocator's above CHUNK_MAX) when it is linked and unlinked, by
@@ -170,6 +172,7 @@
 #include "chunk.h"
 #include "evrec.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stddef.h>
 #include <pthread.h>
@@ -216,12 +219,21 @@
 #define LINKED 4u /* in the key table; changed under the stripe lock */
 
 /*
- * An item header is 53 bytes, then the key, then the value, in one
- * allocation. What it does not hold, and where that comes from instead:
+ * An item header is 43 bytes, then the key, then the value, in one
+ * allocation; an 8-byte trailer after the value (XTRA) holds what a few
+ * items need and the rest derive. What the header does not hold, and where
+ * that comes from instead:
  *   - the mutation id: derived from key and version (item_id), the same
  *     on every node, so no journal maps ids to items: the key table does,
  *     because the id's high word is the key's cluster-wide hash, which
  *     picks the bucket;
+ *   - the cas: a new value's is its id's (fresh_cas), computed when asked
+ *     (gets, cas, binary responses); only an item whose cas is another one
+ *     -- touch and gat keep the touched item's, meta E sets one, a peer
+ *     sent one -- has the trailer. So do a FLUSH (its flush_at) and a DROP
+ *     (its gid);
+ *   - the partition: a function of the key (item_part), or for a keyless
+ *     DROP its flags field;
  *   - the key's hash: recomputed (short chains; a table doubling rehashes
  *     one stripe);
  *   - LRU links: eviction is a clock over the key table (REF bit);
@@ -233,26 +245,25 @@
 struct store_item {
     store_item *hnext; /* key table chain; stripe lock */
     uint64_t ticks;    /* the version, flat */
-    union {
-        uint64_t flush_at; /* STORE_KIND_FLUSH */
-        uint64_t cas;      /* every other kind */
-    };
     uint32_t node;
     uint32_t nvalue;
     uint32_t flags;
     uint32_t exptime;       /* absolute unix seconds, 0 = never */
     _Atomic uint32_t atime; /* latest access */
     _Atomic uint32_t refs;
-    uint16_t part; /* partition (0 when unpartitioned) */
     uint8_t nkey;
-    uint8_t km;            /* kind (low 3 bits) | marks << 3 */
+    uint8_t km;            /* kind (low 3 bits) | marks << 3 | XTRA */
     _Atomic uint8_t abits; /* FETCHED | REF | LINKED */
     char data[];           /* key, then value */
 };
 
 #define ITEM_HDR offsetof(struct store_item, data)
-_Static_assert(offsetof(struct store_item, data) == 53,
-               "the header stays at 53 bytes");
+_Static_assert(offsetof(struct store_item, data) == 43,
+               "the header stays at 43 bytes");
+
+/* Bit of store_item.km: an 8-byte trailer follows the value (item_x). */
+#define XTRA 0x80u
+#define XTRA_BYTES 8u
 
 static inline uint8_t item_kind(const store_item *it)
 {
@@ -261,12 +272,35 @@ static inline uint8_t item_kind(const store_item *it)
 
 static inline uint8_t item_marks(const store_item *it)
 {
-    return (uint8_t)(it->km >> 3);
+    return (uint8_t)((it->km >> 3) & STORE_MARKS_ALL);
 }
 
 static inline void item_set_marks(store_item *it, uint8_t marks)
 {
-    it->km = (uint8_t)((it->km & 7u) | (marks & STORE_MARKS_ALL) << 3);
+    it->km = (uint8_t)((it->km & ~(STORE_MARKS_ALL << 3)) |
+                       (marks & STORE_MARKS_ALL) << 3);
+}
+
+/* The trailer's bytes, counted as part of the value's allocation. */
+static inline size_t item_xbytes(const store_item *it)
+{
+    return (it->km & XTRA) ? XTRA_BYTES : 0;
+}
+
+/*
+ * The trailer (the item must have one): a cas other than the one derived
+ * from the id, a FLUSH's flush_at, a DROP's gid.
+ */
+static inline uint64_t item_x(const store_item *it)
+{
+    uint64_t v;
+    memcpy(&v, it->data + it->nkey + it->nvalue, sizeof(v));
+    return v;
+}
+
+static inline void item_x_set(store_item *it, uint64_t v)
+{
+    memcpy(it->data + it->nkey + it->nvalue, &v, sizeof(v));
 }
 
 static inline store_version item_version(const store_item *it)
@@ -403,6 +437,20 @@ static inline uint64_t fresh_cas(const riblt_id *id)
 uint64_t store_fresh_cas(const riblt_id *id)
 {
     return fresh_cas(id);
+}
+
+/*
+ * An item's cas: the trailer's when it has one, else the one its id gives
+ * (most items: a new value's cas is fresh). A FLUSH has none.
+ */
+static inline uint64_t item_cas(const store_item *it)
+{
+    if (item_kind(it) == STORE_KIND_FLUSH)
+        return 0;
+    if (it->km & XTRA)
+        return item_x(it);
+    riblt_id id = item_id(it);
+    return fresh_cas(&id);
 }
 
 /* ============================================================== store */
@@ -689,7 +737,7 @@ static inline size_t item_alloc_bytes(size_t nkey, size_t nvalue)
 /* The bytes an item is accounted for: its real allocation. */
 static inline size_t item_size(const store_item *it)
 {
-    size_t n = item_alloc_bytes(it->nkey, it->nvalue);
+    size_t n = item_alloc_bytes(it->nkey, it->nvalue + item_xbytes(it));
 
     return n <= CHUNK_MAX ? chunk_size(n) : alloc_size(it, n);
 }
@@ -717,24 +765,36 @@ static inline uint32_t key_part(const store *s, const char *key, size_t nkey)
 }
 
 /*
+ * An item's partition: its key's (key_part, computed when asked: a
+ * partition is a function of the key), a keyless DROP's from its flags
+ * field.
+ */
+static inline uint32_t item_part(const store *s, const store_item *it)
+{
+    if (item_kind(it) == STORE_KIND_DROP)
+        return it->flags;
+    return key_part(s, it->data, it->nkey);
+}
+
+/*
  * A new unlinked item of the given shape holding a copy of key, with one
- * reference (the caller's), in the key's partition. The value is left for
- * the caller to fill. Returns NULL when out of memory.
+ * reference (the caller's), with a trailer when
+ * xtra (item_x). The value is left for the caller to fill. Returns NULL
+ * when out of memory.
  */
 static store_item *item_new(store *s, uint8_t kind, const char *key,
-                            size_t nkey, size_t nvalue)
+                            size_t nkey, size_t nvalue, bool xtra)
 {
-    size_t n = item_alloc_bytes(nkey, nvalue);
+    size_t n = item_alloc_bytes(nkey, nvalue + (xtra ? XTRA_BYTES : 0));
     store_item *it = n <= CHUNK_MAX ? chunk_alloc(n) : malloc(n);
 
     if (it == NULL)
         return NULL;
     memset(it, 0, ITEM_HDR);
     atomic_init(&it->refs, 1);
-    it->km = kind & 7u;
+    it->km = (uint8_t)((kind & 7u) | (xtra ? XTRA : 0));
     it->nkey = (uint8_t)nkey;
     it->nvalue = (uint32_t)nvalue;
-    it->part = (uint16_t)key_part(s, key, nkey);
     if (nkey)
         memcpy(it->data, key, nkey);
     return it;
@@ -751,7 +811,7 @@ void store_item_release(store_item *it)
         return;
     if (atomic_fetch_sub_explicit(&it->refs, 1, memory_order_acq_rel) != 1)
         return;
-    if (item_alloc_bytes(it->nkey, it->nvalue) <= CHUNK_MAX)
+    if (item_alloc_bytes(it->nkey, it->nvalue + item_xbytes(it)) <= CHUNK_MAX)
         chunk_free(it);
     else
         free(it);
@@ -783,7 +843,7 @@ int64_t store_item_exptime(const store_item *it)
 
 uint64_t store_item_cas(const store_item *it)
 {
-    return item_kind(it) == STORE_KIND_FLUSH ? 0 : it->cas;
+    return item_cas(it);
 }
 
 uint8_t store_item_kind(const store_item *it)
@@ -801,11 +861,11 @@ void store_item_mutation(const store_item *it, store_mutation *out)
     memset(out, 0, sizeof(*out));
     if (item_kind(it) == STORE_KIND_DROP) {
         /* A drop handed to the listener (drop_item): keyless. */
-        out->id = make_id(it->cas, it->ticks, it->node);
+        out->id = make_id(item_x(it), it->ticks, it->node);
         out->version = item_version(it);
         out->kind = STORE_KIND_DROP;
         out->exptime = it->exptime;
-        out->flags = it->part;
+        out->flags = it->flags; /* the partition */
         return;
     }
     out->id = item_id(it);
@@ -815,9 +875,9 @@ void store_item_mutation(const store_item *it, store_mutation *out)
     out->flags = it->flags;
     out->exptime = it->exptime;
     if (item_kind(it) == STORE_KIND_FLUSH)
-        out->flush_at = it->flush_at;
+        out->flush_at = item_x(it);
     else
-        out->cas = it->cas;
+        out->cas = (it->km & XTRA) ? item_x(it) : fresh_cas(&out->id);
     out->key = it->data;
     out->nkey = it->nkey;
     out->value = it->data + it->nkey;
@@ -963,10 +1023,14 @@ static void stripe_grow(store *s, struct stripe *sp)
  * sketches and counters, under set_lock, follow every change.
  */
 
-/* Counts it in (sign 1) or out (-1) of its partition (set_lock held). */
-static inline void part_count(store *s, const store_item *it, int sign)
+/*
+ * Counts it in (sign 1) or out (-1) of its partition p, item_part's answer
+ * (set_lock held; the caller asks item_part before taking it).
+ */
+static inline void part_count(store *s, const store_item *it, uint32_t p,
+                              int sign)
 {
-    struct part *pt = &s->parts[it->part];
+    struct part *pt = &s->parts[p];
 
     s->set_count += (uint64_t)(int64_t)sign;
     pt->mutations += (uint64_t)(int64_t)sign;
@@ -982,9 +1046,11 @@ static void set_remove(store *s, store_item *it)
     riblt_id id = item_id(it);
     uint64_t h = riblt_hash(&id);
 
+    uint32_t p = item_part(s, it);
+
     pthread_mutex_lock(&s->set_lock);
-    part_count(s, it, -1);
-    riblt_sketch_remove_hashed(s->parts[it->part].sk, &id, h);
+    part_count(s, it, p, -1);
+    riblt_sketch_remove_hashed(s->parts[p].sk, &id, h);
     pthread_mutex_unlock(&s->set_lock);
 }
 
@@ -1122,20 +1188,20 @@ static bool drops_resize(store *s, size_t cap)
 /*
  * An unlinked item that stands for drop d, for the listener (which pushes
  * it at once, so that peers let the value go while the drop is young):
- * kind STORE_KIND_DROP, no key, the gid in the cas slot; see
+ * kind STORE_KIND_DROP, no key, the gid in the trailer; see
  * store_item_mutation. NULL without memory (rounds carry the drop then).
  */
 static store_item *drop_item(store *s, const evrec_entry *d)
 {
-    store_item *it = item_new(s, STORE_KIND_DROP, "", 0, 0);
+    store_item *it = item_new(s, STORE_KIND_DROP, "", 0, 0, true);
 
     if (it == NULL)
         return NULL;
     it->ticks = d->ticks;
     it->node = d->node;
     it->exptime = d->exptime;
-    it->part = d->part;
-    it->cas = d->gid;
+    it->flags = d->part; /* keyless: the partition comes with it */
+    item_x_set(it, d->gid);
     return it;
 }
 
@@ -1387,19 +1453,20 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
         oh = riblt_hash(&oid);
     if (rec)
         recs_remove(s, gid);
-    pthread_mutex_lock(&s->set_lock);
     /* A key's partition is a function of the key: cur and it share it. */
-    riblt_sketch *sk = s->parts[it->part].sk;
+    uint32_t p = item_part(s, it);
+    pthread_mutex_lock(&s->set_lock);
+    riblt_sketch *sk = s->parts[p].sk;
     if (cur != NULL || rec) {
         if (cur != NULL)
-            part_count(s, cur, -1);
+            part_count(s, cur, p, -1);
         else
             rec_count(s, &re, -1);
         riblt_sketch_replace_hashed(sk, &oid, oh, &nid, nh);
     } else {
         riblt_sketch_add_hashed(sk, &nid, nh);
     }
-    part_count(s, it, 1);
+    part_count(s, it, p, 1);
     pthread_mutex_unlock(&s->set_lock);
     if (rec) {
         recs_sync(s);
@@ -1417,11 +1484,11 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
     atomic_fetch_or_explicit(&it->abits, LINKED, RELAXED);
     account_link(s, it);
     if (item_kind(it) == STORE_KIND_FLUSH) {
-        atomic_store_explicit(&s->flush_at, it->flush_at,
-                              memory_order_release);
+        uint64_t fa = item_x(it);
+        atomic_store_explicit(&s->flush_at, fa, memory_order_release);
         /* An immediate flush: later local writes must get greater ticks. */
-        if (it->flush_at <= t->peek)
-            clock_catch_up(s, it->flush_at);
+        if (fa <= t->peek)
+            clock_catch_up(s, fa);
     }
     if (cur != NULL) {
         /* memcached's "reclaimed": a value stored over one that had
@@ -1501,7 +1568,7 @@ static void item_info(const store_item *it, store_item_info *ii)
     ii->size = item_size(it);
     ii->exptime = it->exptime;
     ii->atime = atomic_load_explicit(&it->atime, RELAXED);
-    ii->cas = it->cas;
+    ii->cas = item_cas(it);
     ii->flags = it->flags;
     ii->fetched = (atomic_load_explicit(&it->abits, RELAXED) & FETCHED) != 0;
 }
@@ -1526,12 +1593,12 @@ static void evict_at(store *s, struct stripe *sp, uint64_t gid,
                          .ticks = victim->ticks,
                          .node = victim->node,
                          .exptime = victim->exptime,
-                         .part = victim->part,
+                         .part = (uint16_t)item_part(s, victim),
                          .kind = STORE_KIND_EVICTED};
         /* The same id stays in the set, now as a record: no sketch change. */
         pthread_mutex_lock(&s->rec_lock);
         pthread_mutex_lock(&s->set_lock);
-        part_count(s, victim, -1);
+        part_count(s, victim, e.part, -1);
         rec_count(s, &e, 1);
         pthread_mutex_unlock(&s->set_lock);
         rec_put(s, &e, t, note);
@@ -1900,10 +1967,12 @@ static int commit_local(store *s, struct stripe *sp, const struct kh *k,
     it->ticks = clock_next(s, t->ns);
     it->node = s->opt.node_id;
     if (keep_cas != 0) {
-        it->cas = keep_cas;
-    } else {
+        /* The caller allocated a trailer for it (item_new's xtra). */
+        assert(it->km & XTRA);
+        item_x_set(it, keep_cas);
+    } else if (it->km & XTRA) {
         riblt_id id = make_id(k->gid, it->ticks, it->node);
-        it->cas = fresh_cas(&id);
+        item_x_set(it, fresh_cas(&id));
     }
     if (atomic_load_explicit(&it->atime, RELAXED) == 0)
         atomic_init(&it->atime, (uint32_t)t->s);
@@ -1913,7 +1982,7 @@ static int commit_local(store *s, struct stripe *sp, const struct kh *k,
         return r;
     }
     if (cas_out)
-        *cas_out = it->cas;
+        *cas_out = keep_cas != 0 ? keep_cas : item_cas(it);
     if (s->listener != NULL) {
         store_item_ref(it);
         *note = it;
@@ -1972,7 +2041,8 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
         return rc;
     k = key_kh(s, w->key, w->nkey);
     if (!concat) {
-        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, w->nvalue);
+        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, w->nvalue,
+                      w->new_cas != 0);
         if (it == NULL)
             return STORE_ERR_NOMEM;
         if (w->nvalue)
@@ -1994,9 +2064,9 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
     if (cas_mode) {
         if (cur == NULL)
             rc = STORE_NOT_FOUND;
-        else if (cur->cas != w->cas && w->invalidate)
+        else if (item_cas(cur) != w->cas && w->invalidate)
             stale = true; /* cas uniques are random: any other cas is older */
-        else if (cur->cas != w->cas)
+        else if (item_cas(cur) != w->cas)
             rc = STORE_EXISTS;
     } else if (w->mode == STORE_ADD) {
         if (cur != NULL)
@@ -2007,7 +2077,7 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
     } else if (concat) {
         if (cur == NULL)
             rc = STORE_NOT_STORED;
-        else if (w->cas != 0 && cur->cas != w->cas)
+        else if (w->cas != 0 && item_cas(cur) != w->cas)
             rc = STORE_EXISTS;
         else if (item_total(w->nkey, (size_t)cur->nvalue + w->nvalue) >
                  s->opt.item_size_max)
@@ -2021,7 +2091,8 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
 
     if (concat) {
         size_t total = (size_t)cur->nvalue + w->nvalue;
-        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, total);
+        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, total,
+                      w->new_cas != 0);
         if (it == NULL) {
             pthread_mutex_unlock(&sp->lock);
             return STORE_ERR_NOMEM;
@@ -2141,8 +2212,9 @@ static store_item *item_derive(store *s, const store_item *cur,
                                store_read_info *ri)
 {
     size_t nvalue = keep_value ? cur->nvalue : 0;
+    /* With a trailer: a derived item mostly keeps cur's cas. */
     store_item *it =
-        item_new(s, STORE_KIND_VALUE, cur->data, cur->nkey, nvalue);
+        item_new(s, STORE_KIND_VALUE, cur->data, cur->nkey, nvalue, true);
     if (it == NULL)
         return NULL;
     if (nvalue)
@@ -2202,7 +2274,7 @@ static store_item *retouch(store *s, const char *key, size_t nkey,
         return NULL;
     }
     it->exptime = exptime_pack(stored_exptime(exptime, &t));
-    int r = commit_local(s, sp, &k, it, &t, cur->cas, &note, NULL);
+    int r = commit_local(s, sp, &k, it, &t, item_cas(cur), &note, NULL);
     if (r == APPLY_STALE) {
         *rc = STORE_NOT_FOUND;
     } else {
@@ -2260,7 +2332,7 @@ int store_delete(store *s, const char *key, size_t nkey, uint64_t cas)
     k = key_kh(s, key, nkey);
     /* Allocated before the lock: a tombstone is never larger than what it
      * replaces, so it needs no room check. */
-    it = item_new(s, STORE_KIND_TOMBSTONE, key, nkey, 0);
+    it = item_new(s, STORE_KIND_TOMBSTONE, key, nkey, 0, false);
     if (it == NULL)
         return STORE_ERR_NOMEM;
     sp = stripe_of(s, k.h);
@@ -2269,7 +2341,7 @@ int store_delete(store *s, const char *key, size_t nkey, uint64_t cas)
     cur = *stripe_slot(sp, k.h, key, nkey);
     if (cur == NULL || !item_live(s, cur, &t))
         rc = STORE_NOT_FOUND;
-    else if (cas != 0 && cur->cas != cas)
+    else if (cas != 0 && item_cas(cur) != cas)
         rc = STORE_EXISTS;
     if (rc != STORE_DELETED) {
         pthread_mutex_unlock(&sp->lock);
@@ -2304,7 +2376,7 @@ int store_delete_ex(store *s, const store_delete_req *r)
     cur = *stripe_slot(sp, k.h, r->key, r->nkey);
     if (cur == NULL || !item_live(s, cur, &t))
         rc = STORE_NOT_FOUND;
-    else if (r->cas != 0 && cur->cas != r->cas)
+    else if (r->cas != 0 && item_cas(cur) != r->cas)
         rc = STORE_EXISTS;
     else if ((it = item_derive(s, cur, !r->clear_value, false, &t, NULL)) ==
              NULL)
@@ -2315,7 +2387,7 @@ int store_delete_ex(store *s, const store_delete_req *r)
         pthread_mutex_unlock(&sp->lock);
         return rc;
     }
-    keep_cas = r->new_cas != 0 ? r->new_cas : cur->cas;
+    keep_cas = r->new_cas != 0 ? r->new_cas : item_cas(cur);
     if (r->clear_value) {
         it->flags = 0;
         it->exptime = 0;
@@ -2357,7 +2429,7 @@ int store_take_win(store *s, const store_item *seen)
             rc = STORE_ERR_NOMEM;
         } else {
             item_set_marks(it, item_marks(it) | STORE_MARK_WON);
-            if (commit_local(s, sp, &k, it, &t, cur->cas, &note, NULL) !=
+            if (commit_local(s, sp, &k, it, &t, item_cas(cur), &note, NULL) !=
                 APPLY_STALE)
                 rc = STORE_STORED;
         }
@@ -2450,7 +2522,7 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
             pthread_mutex_unlock(&sp->lock);
             return STORE_NON_NUMERIC;
         }
-        if (r->cas != 0 && cur->cas != r->cas) {
+        if (r->cas != 0 && item_cas(cur) != r->cas) {
             pthread_mutex_unlock(&sp->lock);
             return STORE_EXISTS;
         }
@@ -2468,7 +2540,7 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
         len = nd <= cur->nvalue ? cur->nvalue : nd;
         rc = STORE_OK;
     }
-    it = item_new(s, STORE_KIND_VALUE, r->key, r->nkey, len);
+    it = item_new(s, STORE_KIND_VALUE, r->key, r->nkey, len, r->new_cas != 0);
     if (it == NULL) {
         pthread_mutex_unlock(&sp->lock);
         return STORE_ERR_NOMEM;
@@ -2507,7 +2579,7 @@ int store_flush_all(store *s, uint32_t delay)
     if (s == NULL)
         return STORE_ERR_INVAL;
     k = key_kh(s, "", 0);
-    it = item_new(s, STORE_KIND_FLUSH, "", 0, 0);
+    it = item_new(s, STORE_KIND_FLUSH, "", 0, 0, true);
     if (it == NULL)
         return STORE_ERR_NOMEM;
     sp = stripe_of(s, k.h);
@@ -2515,7 +2587,7 @@ int store_flush_all(store *s, uint32_t delay)
     tnow_get(s, &t);
     it->ticks = clock_next(s, t.ns);
     it->node = s->opt.node_id;
-    it->flush_at = it->ticks + (uint64_t)delay * NS_PER_S;
+    item_x_set(it, it->ticks + (uint64_t)delay * NS_PER_S);
     /* The flush must see itself as in effect when it is immediate. */
     if (it->ticks > t.peek)
         t.peek = it->ticks;
@@ -2665,7 +2737,12 @@ int store_apply(store *s, const store_mutation *m)
         if (r < 0)
             return r;
     }
-    it = item_new(s, m->kind, key, m->nkey, m->nvalue);
+    /* The cas comes with the mutation: the same on every node. A trailer
+     * keeps it when it is not the one its id gives (touch kept an older
+     * one), and a FLUSH's flush_at. */
+    riblt_id mid = make_id(k.gid, m->version.ticks, m->version.node);
+    bool xtra = m->kind == STORE_KIND_FLUSH || m->cas != fresh_cas(&mid);
+    it = item_new(s, m->kind, key, m->nkey, m->nvalue, xtra);
     if (it == NULL)
         return STORE_ERR_NOMEM;
     if (m->nvalue)
@@ -2675,11 +2752,8 @@ int store_apply(store *s, const store_mutation *m)
     it->flags = m->kind == STORE_KIND_FLUSH ? 0 : m->flags;
     it->exptime = m->kind == STORE_KIND_FLUSH ? 0 : exptime_pack(m->exptime);
     item_set_marks(it, m->marks);
-    /* The cas comes with the mutation: the same on every node. */
-    if (m->kind == STORE_KIND_FLUSH)
-        it->flush_at = m->flush_at;
-    else
-        it->cas = m->cas;
+    if (xtra)
+        item_x_set(it, m->kind == STORE_KIND_FLUSH ? m->flush_at : m->cas);
 
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);
@@ -2790,9 +2864,9 @@ uint32_t store_key_partition(const store *s, const char *key, size_t nkey)
     return key_part(s, key, nkey);
 }
 
-uint32_t store_item_partition(const store_item *it)
+uint32_t store_item_partition(const store *s, const store_item *it)
 {
-    return it->part;
+    return item_part(s, it);
 }
 
 /*
@@ -3035,7 +3109,7 @@ static size_t set_snapshot(store *s, const uint64_t *bits, riblt_id **out)
         }
         for (uint64_t b = 0; b <= sp->mask; b++)
             for (store_item *it = sp->buckets[b]; it; it = it->hnext)
-                if (bits == NULL || bit_has(bits, it->part))
+                if (bits == NULL || bit_has(bits, item_part(s, it)))
                     v[n++] = item_id(it);
         pthread_mutex_unlock(&sp->lock);
     }
@@ -3308,7 +3382,7 @@ size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
                 store_item *it = *pp;
                 visits++;
                 if (item_kind(it) == STORE_KIND_FLUSH ||
-                    !bit_has(bits, it->part)) {
+                    !bit_has(bits, item_part(s, it))) {
                     pp = &it->hnext;
                     continue;
                 }

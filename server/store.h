@@ -510,7 +510,7 @@ uint32_t store_partitions(const store *s);
 uint32_t store_key_partition(const store *s, const char *key, size_t nkey);
 
 /* The partition the item belongs to (0 when unpartitioned). */
-uint32_t store_item_partition(const store_item *it);
+uint32_t store_item_partition(const store *s, const store_item *it);
 
 /*
  * Writes to out the n symbols from offset of the SUM of the listed

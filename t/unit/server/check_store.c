@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chunk.h"
 #include "store.h"
 
 #define NS 1000000000ULL
@@ -1379,6 +1380,82 @@ START_TEST(test_apply_keeps_cas)
 }
 END_TEST
 
+/* What store_walk showed of the one item walked. */
+static void one_info(void *arg, const store_item_info *ii)
+{
+    *(store_item_info *)arg = *ii;
+}
+
+static store_item_info info_of(store *s)
+{
+    store_item_info ii;
+    size_t cursor = 0;
+
+    memset(&ii, 0, sizeof(ii));
+    while (store_walk(s, &cursor, 64, one_info, &ii))
+        ;
+    return ii;
+}
+
+/*
+ * The item layout: a 43-byte header, then key and value, in one chunk. The
+ * cas of a new value is not stored (its id gives it); an item whose cas is
+ * not its id's -- kept by touch, or sent so by a peer -- carries it in an
+ * 8-byte trailer, and is accounted for it.
+ */
+START_TEST(test_item_layout)
+{
+    fake_clock c = {T0};
+    store *a = mk(&c, 1, 0), *b = mk(&c, 2, 0);
+    int64_t now = (int64_t)(T0 / NS);
+    const char *k = "key:0000000000042"; /* memfit's 17-byte keys */
+    char v[101];
+    store_mutation m;
+    recorder rec;
+
+    memset(v, 'x', 100);
+    v[100] = 0;
+    recorder_init(&rec);
+    store_set_listener(a, record, &rec);
+    ck_assert_int_eq(set(a, k, v), STORE_STORED);
+    store_item_info ii = info_of(a);
+    ck_assert_uint_eq(ii.size, chunk_size(43 + 17 + 100));
+    ck_assert_uint_lt(ii.size, chunk_size(53 + 17 + 100));
+    store_item_mutation(rec.items[0], &m);
+    ck_assert_uint_eq(ii.cas, store_fresh_cas(&m.id));
+    ck_assert_uint_eq(m.cas, ii.cas);
+
+    /* A peer given that mutation stores it as compactly. */
+    ck_assert_int_eq(apply(b, &m), STORE_OK);
+    ck_assert_uint_eq(info_of(b).size, ii.size);
+    ck_assert_uint_eq(info_of(b).cas, ii.cas);
+    ck_assert_uint_eq(stats(b).bytes, stats(a).bytes);
+
+    /* touch keeps the cas in a trailer; so does its peer. */
+    ck_assert_int_eq(store_touch(a, k, strlen(k), now + 60), STORE_OK);
+    store_item_info it2 = info_of(a);
+    ck_assert_uint_eq(it2.cas, ii.cas);
+    ck_assert_uint_eq(it2.size, chunk_size(43 + 17 + 100 + 8));
+    store_item_mutation(rec.items[1], &m);
+    ck_assert_uint_eq(m.cas, ii.cas);
+    ck_assert_uint_ne(m.cas, store_fresh_cas(&m.id));
+    ck_assert_int_eq(apply(b, &m), STORE_OK);
+    ck_assert_uint_eq(info_of(b).size, it2.size);
+    ck_assert_uint_eq(info_of(b).cas, ii.cas);
+    ck_assert_uint_eq(stats(b).bytes, stats(a).bytes);
+
+    /* A new value drops the trailer again, and the old cas fails. */
+    ck_assert_int_eq(wr(a, STORE_CAS, k, "y", 0, 0, ii.cas, NULL),
+                     STORE_STORED);
+    ck_assert_uint_eq(info_of(a).size, chunk_size(43 + 17 + 1));
+    ck_assert_int_eq(wr(a, STORE_CAS, k, "z", 0, 0, ii.cas, NULL),
+                     STORE_EXISTS);
+    recorder_free(&rec);
+    store_destroy(a);
+    store_destroy(b);
+}
+END_TEST
+
 /* ma with T: the number and the new expiry are one mutation. */
 START_TEST(test_arith_touch)
 {
@@ -2321,6 +2398,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_cas_below_1e19);
     tcase_add_test(tc, test_touch_keeps_cas);
     tcase_add_test(tc, test_apply_keeps_cas);
+    tcase_add_test(tc, test_item_layout);
     tcase_add_test(tc, test_arith_touch);
     tcase_add_test(tc, test_get_ex_why);
     tcase_add_test(tc, test_overwrite_sketch);
