@@ -6,8 +6,8 @@
  * Contract of this implementation (store.h states the interface):
  *
  * Data structures.
- *   - An item is one allocation: a 43-byte header, key, value, and for a
- *     few items an 8-byte trailer (see struct store_item for what the
+ *   - An item is one allocation: a 35-byte header, key, value, and a
+ *     trailer of the fields it needs (see struct store_item for what the
  *     header leaves out and why). Its key, value,
  *     version, kind, flags and expiry never change after it is published;
  *     only bookkeeping (chain link, access time, bits) does, under the
@@ -23,7 +23,9 @@
  *     bucket hash picks its stripe (low bits) and its bucket inside the
  *     stripe (high bits). Each stripe is its own chained hash table under
  *     its own mutex and grows on its own (doubling) when it holds more than
- *     1.5 entries per bucket: growth pauses that one stripe only, for a
+ *     2 entries per bucket (so the table costs 4 to 8 bytes an item, all
+ *     counted in the memory limit; a lookup visits 1.5 to 2 items on
+ *     average): growth pauses that one stripe only, for a
  *     time proportional to its size (1/4096 of the table).
  *   - The set. The items linked in the key table, plus the keyless records
  *     (below), are the set nodes reconcile. The sketches and the set's
@@ -34,9 +36,9 @@
  *   - Partitions. An item's partition is its key's (0 when unpartitioned),
  *     computed when needed (item_part: once as a mutation enters the set,
  *     once as it leaves, and by walks that filter by partition); every
- *     record carries its key's. There is one sketch per partition (P + 1 in partitioned
- *     mode, the last one the global partition of the empty key, one when
- *     unpartitioned) with the partition's counters (mutations, values,
+ *     record carries its key's. There is one sketch per partition (P + 1 in
+ * partitioned mode, the last one the global partition of the empty key, one
+ * when unpartitioned) with the partition's counters (mutations, values,
  *     bytes), all under the set lock, so every partition's sketch is the
  *     sketch of its mutations. A key's partition is a function of the key,
  *     so every set change touches one partition: a read summing several
@@ -143,15 +145,16 @@
  * Under steady eviction that is the common case: drops are written as fast
  * as values are evicted, far more than a minute's worth fits.
  * Records are not reported to the listener (no push): rounds carry them. A
- * drop is (drop_item), so that peers let the value go while it is young. Tombstones and flushes are never evicted: when only they are left and
- * there is still no room, the write fails with STORE_ERR_NOMEM. Memory is
- * accounted by each item's real allocation size (chunk.c's class, or the
- * general allocator's above CHUNK_MAX) when it is linked and unlinked, by
- * the key table's buckets when a stripe grows, and by EVREC_ENTRY_BYTES a
- * record held; the room check runs before the key's lock is taken, so
- * concurrent writers may overshoot the limit by at most one item each, and
- * writes whose size depends on the held item (append, prepend, incr,
- * touch) trim the store after they complete.
+ * drop is (drop_item), so that peers let the value go while it is young.
+ * Tombstones and flushes are never evicted: when only they are left and there
+ * is still no room, the write fails with STORE_ERR_NOMEM. Memory is accounted
+ * by each item's real allocation size (chunk.c's class, or the general
+ * allocator's above CHUNK_MAX) when it is linked and unlinked, by the key
+ * table's buckets when a stripe grows, and by EVREC_ENTRY_BYTES a record held;
+ * the room check runs before the key's lock is taken, so concurrent writers
+ * may overshoot the limit by at most one item each, and writes whose size
+ * depends on the held item (append, prepend, incr, touch) trim the store after
+ * they complete.
  *
  * Why sets stay equal (Invariant 1). For each key a node holds the newest
  * mutation it has received that is not dead, as an item or a record; ids
@@ -219,10 +222,11 @@
 #define LINKED 4u /* in the key table; changed under the stripe lock */
 
 /*
- * An item header is 43 bytes, then the key, then the value, in one
- * allocation; an 8-byte trailer after the value (XTRA) holds what a few
- * items need and the rest derive. What the header does not hold, and where
- * that comes from instead:
+ * An item header is 35 bytes, then the key, then the value, then a trailer
+ * of the optional fields the item needs (bits XTRA, XEXP, XFLG of km, in
+ * that order), in one allocation. The shape is chosen by item_new and
+ * never changes. What the header does not hold, and where that comes from
+ * instead:
  *   - the mutation id: derived from key and version (item_id), the same
  *     on every node, so no journal maps ids to items: the key table does,
  *     because the id's high word is the key's cluster-wide hash, which
@@ -230,8 +234,10 @@
  *   - the cas: a new value's is its id's (fresh_cas), computed when asked
  *     (gets, cas, binary responses); only an item whose cas is another one
  *     -- touch and gat keep the touched item's, meta E sets one, a peer
- *     sent one -- has the trailer. So do a FLUSH (its flush_at) and a DROP
- *     (its gid);
+ *     sent one -- has the 8-byte field. So do a FLUSH (its flush_at) and a
+ *     DROP (its gid);
+ *   - expiry and client flags when they are 0 (most items have no flags,
+ *     many no expiry): each has a 4-byte field only when non-zero;
  *   - the partition: a function of the key (item_part), or for a keyless
  *     DROP its flags field;
  *   - the key's hash: recomputed (short chains; a table doubling rehashes
@@ -247,22 +253,27 @@ struct store_item {
     uint64_t ticks;    /* the version, flat */
     uint32_t node;
     uint32_t nvalue;
-    uint32_t flags;
-    uint32_t exptime;       /* absolute unix seconds, 0 = never */
     _Atomic uint32_t atime; /* latest access */
     _Atomic uint32_t refs;
     uint8_t nkey;
-    uint8_t km;            /* kind (low 3 bits) | marks << 3 | XTRA */
+    uint8_t km;            /* kind (low 3 bits) | marks << 3 | X* bits */
     _Atomic uint8_t abits; /* FETCHED | REF | LINKED */
     char data[];           /* key, then value */
 };
 
 #define ITEM_HDR offsetof(struct store_item, data)
-_Static_assert(offsetof(struct store_item, data) == 43,
-               "the header stays at 43 bytes");
+_Static_assert(offsetof(struct store_item, data) == 35,
+               "the header stays at 35 bytes");
 
-/* Bit of store_item.km: an 8-byte trailer follows the value (item_x). */
-#define XTRA 0x80u
+/*
+ * Bits of store_item.km above kind and marks: the fields of the trailer
+ * after the value, in this order, each there only when its bit is set.
+ */
+#define XTRA                                                                  \
+    0x80u          /* 8 bytes (item_x): a cas other than the id's, a FLUSH's  \
+                      flush_at, a DROP's gid */
+#define XEXP 0x40u /* 4 bytes: a non-zero exptime (absolute unix seconds) */
+#define XFLG 0x20u /* 4 bytes: non-zero client flags */
 #define XTRA_BYTES 8u
 
 static inline uint8_t item_kind(const store_item *it)
@@ -284,7 +295,46 @@ static inline void item_set_marks(store_item *it, uint8_t marks)
 /* The trailer's bytes, counted as part of the value's allocation. */
 static inline size_t item_xbytes(const store_item *it)
 {
-    return (it->km & XTRA) ? XTRA_BYTES : 0;
+    return ((it->km & XTRA) ? XTRA_BYTES : 0) + ((it->km & XEXP) ? 4 : 0) +
+           ((it->km & XFLG) ? 4 : 0);
+}
+
+static inline char *item_tail(const store_item *it)
+{
+    return (char *)it->data + it->nkey + it->nvalue;
+}
+
+/* Absolute unix seconds, 0 = never (no XEXP field). */
+static inline uint32_t item_exptime(const store_item *it)
+{
+    uint32_t v = 0;
+    if (it->km & XEXP)
+        memcpy(&v, item_tail(it) + ((it->km & XTRA) ? XTRA_BYTES : 0), 4);
+    return v;
+}
+
+static inline uint32_t item_flags(const store_item *it)
+{
+    uint32_t v = 0;
+    if (it->km & XFLG)
+        memcpy(&v,
+               item_tail(it) + ((it->km & XTRA) ? XTRA_BYTES : 0) +
+                   ((it->km & XEXP) ? 4 : 0),
+               4);
+    return v;
+}
+
+/*
+ * Sets an unpublished item's expiry: into its field, which item_new made
+ * when the expiry it was given was non-zero; an item without one takes
+ * only 0.
+ */
+static inline void item_set_exptime(store_item *it, uint32_t v)
+{
+    if (it->km & XEXP)
+        memcpy(item_tail(it) + ((it->km & XTRA) ? XTRA_BYTES : 0), &v, 4);
+    else
+        assert(v == 0);
 }
 
 /*
@@ -294,13 +344,13 @@ static inline size_t item_xbytes(const store_item *it)
 static inline uint64_t item_x(const store_item *it)
 {
     uint64_t v;
-    memcpy(&v, it->data + it->nkey + it->nvalue, sizeof(v));
+    memcpy(&v, item_tail(it), sizeof(v));
     return v;
 }
 
 static inline void item_x_set(store_item *it, uint64_t v)
 {
-    memcpy(it->data + it->nkey + it->nvalue, &v, sizeof(v));
+    memcpy(item_tail(it), &v, sizeof(v));
 }
 
 static inline store_version item_version(const store_item *it)
@@ -772,32 +822,72 @@ static inline uint32_t key_part(const store *s, const char *key, size_t nkey)
 static inline uint32_t item_part(const store *s, const store_item *it)
 {
     if (item_kind(it) == STORE_KIND_DROP)
-        return it->flags;
+        return item_flags(it);
     return key_part(s, it->data, it->nkey);
 }
 
 /*
- * A new unlinked item of the given shape holding a copy of key, with one
- * reference (the caller's), with a trailer when
- * xtra (item_x). The value is left for the caller to fill. Returns NULL
- * when out of memory.
+ * What an item holds besides key and value, in its trailer when non-zero
+ * (see struct store_item): client flags, expiry (exptime_pack's), and
+ * whether it has the 8-byte slot (xtra: set by commit_local or the caller).
+ */
+struct item_shape {
+    uint32_t flags;
+    uint32_t exptime;
+    bool xtra;
+};
+
+/*
+ * A new unlinked item of the given shape holding a copy of key, flags and
+ * expiry, with one reference (the caller's). The value (and the 8-byte
+ * slot) is left for the caller to fill. Returns NULL when out of memory.
  */
 static store_item *item_new(store *s, uint8_t kind, const char *key,
-                            size_t nkey, size_t nvalue, bool xtra)
+                            size_t nkey, size_t nvalue, struct item_shape sh)
 {
-    size_t n = item_alloc_bytes(nkey, nvalue + (xtra ? XTRA_BYTES : 0));
+    uint8_t x = (uint8_t)((sh.xtra ? XTRA : 0) | (sh.exptime ? XEXP : 0) |
+                          (sh.flags ? XFLG : 0));
+    size_t xb =
+        (sh.xtra ? XTRA_BYTES : 0) + (sh.exptime ? 4 : 0) + (sh.flags ? 4 : 0);
+    size_t n = item_alloc_bytes(nkey, nvalue + xb);
     store_item *it = n <= CHUNK_MAX ? chunk_alloc(n) : malloc(n);
 
+    (void)s;
     if (it == NULL)
         return NULL;
     memset(it, 0, ITEM_HDR);
     atomic_init(&it->refs, 1);
-    it->km = (uint8_t)((kind & 7u) | (xtra ? XTRA : 0));
+    it->km = (uint8_t)((kind & 7u) | x);
     it->nkey = (uint8_t)nkey;
     it->nvalue = (uint32_t)nvalue;
+    item_set_exptime(it, sh.exptime);
+    if (sh.flags)
+        memcpy(item_tail(it) + xb - 4, &sh.flags, 4);
     if (nkey)
         memcpy(it->data, key, nkey);
     return it;
+}
+
+/*
+ * Unpublished it with expiry exptime: it itself when it has room for that,
+ * else a copy with the field (it is released). NULL when out of memory (it
+ * is released too).
+ */
+static store_item *item_reshape(store *s, store_item *it, uint32_t exptime)
+{
+    if (exptime == 0 || (it->km & XEXP)) {
+        item_set_exptime(it, exptime);
+        return it;
+    }
+    struct item_shape sh = {item_flags(it), exptime, (it->km & XTRA) != 0};
+    store_item *c =
+        item_new(s, item_kind(it), it->data, it->nkey, it->nvalue, sh);
+    if (c != NULL) {
+        memcpy(item_value_ptr(c), item_value_ptr(it), it->nvalue);
+        item_set_marks(c, item_marks(it));
+    }
+    store_item_release(it);
+    return c;
 }
 
 void store_item_ref(store_item *it)
@@ -833,12 +923,12 @@ const char *store_item_value(const store_item *it, size_t *nvalue)
 
 uint32_t store_item_flags(const store_item *it)
 {
-    return it->flags;
+    return item_flags(it);
 }
 
 int64_t store_item_exptime(const store_item *it)
 {
-    return it->exptime;
+    return item_exptime(it);
 }
 
 uint64_t store_item_cas(const store_item *it)
@@ -864,16 +954,16 @@ void store_item_mutation(const store_item *it, store_mutation *out)
         out->id = make_id(item_x(it), it->ticks, it->node);
         out->version = item_version(it);
         out->kind = STORE_KIND_DROP;
-        out->exptime = it->exptime;
-        out->flags = it->flags; /* the partition */
+        out->exptime = item_exptime(it);
+        out->flags = item_flags(it); /* the partition */
         return;
     }
     out->id = item_id(it);
     out->version = item_version(it);
     out->kind = item_kind(it);
     out->marks = item_marks(it);
-    out->flags = it->flags;
-    out->exptime = it->exptime;
+    out->flags = item_flags(it);
+    out->exptime = item_exptime(it);
     if (item_kind(it) == STORE_KIND_FLUSH)
         out->flush_at = item_x(it);
     else
@@ -900,7 +990,8 @@ static inline bool item_flushed(store *s, const store_item *it, const tnow *t)
 
 static inline bool item_expired(const store_item *it, const tnow *t)
 {
-    return it->exptime != 0 && (int64_t)it->exptime <= t->s;
+    uint32_t e = item_exptime(it);
+    return e != 0 && (int64_t)e <= t->s;
 }
 
 /* Visible to clients: a VALUE neither expired nor flushed. */
@@ -920,8 +1011,8 @@ static bool item_dead(store *s, const store_item *it, const tnow *t)
     case STORE_KIND_TOMBSTONE: {
         if (item_flushed(s, it, t))
             return true;
-        int64_t born = it->exptime > 0 ? (int64_t)it->exptime
-                                       : (int64_t)(it->ticks / NS_PER_S);
+        uint32_t e = item_exptime(it);
+        int64_t born = e > 0 ? (int64_t)e : (int64_t)(it->ticks / NS_PER_S);
         /* Compared as now - grace: born may be as large as ticks a peer
          * sends allow, and adding would overflow. */
         return t->s - grace >= born;
@@ -932,7 +1023,10 @@ static bool item_dead(store *s, const store_item *it, const tnow *t)
         /* strictly after: a value that expires this second (or arrived
          * expired) is kept until the next, so a read in that second sees
          * it expired (memcached's get_expired), even with a grace of 0 */
-        return it->exptime != 0 && t->s - grace > (int64_t)it->exptime;
+        {
+            uint32_t e = item_exptime(it);
+            return e != 0 && t->s - grace > (int64_t)e;
+        }
     default:
         return false;
     }
@@ -1193,14 +1287,14 @@ static bool drops_resize(store *s, size_t cap)
  */
 static store_item *drop_item(store *s, const evrec_entry *d)
 {
-    store_item *it = item_new(s, STORE_KIND_DROP, "", 0, 0, true);
+    /* Keyless: the partition comes with it, in the flags. */
+    struct item_shape sh = {d->part, d->exptime, true};
+    store_item *it = item_new(s, STORE_KIND_DROP, "", 0, 0, sh);
 
     if (it == NULL)
         return NULL;
     it->ticks = d->ticks;
     it->node = d->node;
-    it->exptime = d->exptime;
-    it->flags = d->part; /* keyless: the partition comes with it */
     item_x_set(it, d->gid);
     return it;
 }
@@ -1496,7 +1590,7 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
         if (item_kind(cur) == STORE_KIND_VALUE && !item_live(s, cur, t))
             COUNT_ADD(s, reclaimed, 1);
         item_retire(s, cur);
-    } else if (sp->count > (sp->mask + 1) + (sp->mask + 1) / 2) {
+    } else if (sp->count > 2 * (sp->mask + 1)) {
         stripe_grow(s, sp);
     }
     return APPLY_LINKED;
@@ -1566,10 +1660,10 @@ static void item_info(const store_item *it, store_item_info *ii)
     ii->nkey = it->nkey;
     ii->nvalue = it->nvalue;
     ii->size = item_size(it);
-    ii->exptime = it->exptime;
+    ii->exptime = item_exptime(it);
     ii->atime = atomic_load_explicit(&it->atime, RELAXED);
     ii->cas = item_cas(it);
-    ii->flags = it->flags;
+    ii->flags = item_flags(it);
     ii->fetched = (atomic_load_explicit(&it->abits, RELAXED) & FETCHED) != 0;
 }
 
@@ -1592,7 +1686,7 @@ static void evict_at(store *s, struct stripe *sp, uint64_t gid,
         evrec_entry e = {.gid = gid,
                          .ticks = victim->ticks,
                          .node = victim->node,
-                         .exptime = victim->exptime,
+                         .exptime = item_exptime(victim),
                          .part = (uint16_t)item_part(s, victim),
                          .kind = STORE_KIND_EVICTED};
         /* The same id stays in the set, now as a record: no sketch change. */
@@ -2041,13 +2135,14 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
         return rc;
     k = key_kh(s, w->key, w->nkey);
     if (!concat) {
-        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, w->nvalue,
-                      w->new_cas != 0);
+        /* The expiry is set under the lock (a relative one counts from
+         * then); it is non-zero exactly when w's is. */
+        struct item_shape sh = {w->flags, w->exptime != 0, w->new_cas != 0};
+        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, w->nvalue, sh);
         if (it == NULL)
             return STORE_ERR_NOMEM;
         if (w->nvalue)
             memcpy(item_value_ptr(it), w->value, w->nvalue);
-        it->flags = w->flags;
         item_set_marks(it, w->marks);
     }
 
@@ -2091,8 +2186,9 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
 
     if (concat) {
         size_t total = (size_t)cur->nvalue + w->nvalue;
-        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, total,
-                      w->new_cas != 0);
+        struct item_shape sh = {item_flags(cur), item_exptime(cur),
+                                w->new_cas != 0};
+        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, total, sh);
         if (it == NULL) {
             pthread_mutex_unlock(&sp->lock);
             return STORE_ERR_NOMEM;
@@ -2108,16 +2204,18 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
                 memcpy(v, w->value, w->nvalue);
             memcpy(v + w->nvalue, old, cur->nvalue);
         }
-        it->flags = cur->flags;
-        it->exptime = cur->exptime;
     } else if (stale) {
         /* A recache that lost to an invalidation: stored, but still stale,
          * living no longer than the invalidated value. */
-        it->exptime = cur->exptime;
+        it = item_reshape(s, it, item_exptime(cur));
+        if (it == NULL) {
+            pthread_mutex_unlock(&sp->lock);
+            return STORE_ERR_NOMEM;
+        }
         item_set_marks(it, (uint8_t)(STORE_MARK_STALE |
                                      (item_marks(cur) & STORE_MARK_WON)));
     } else {
-        it->exptime = exptime_pack(stored_exptime(w->exptime, &t));
+        item_set_exptime(it, exptime_pack(stored_exptime(w->exptime, &t)));
     }
     if (commit_local(s, sp, &k, it, &t, w->new_cas, &note, cas_out) ==
         APPLY_STALE)
@@ -2201,26 +2299,27 @@ store_item *store_get(store *s, const char *key, size_t nkey)
 }
 
 /*
- * A new unlinked item for cur's key with cur's flags, expiry and marks, and
- * its value (or an empty one), that inherits the key's access history (as
- * a read when is_read: then *ri, when not NULL, gets the history before
- * it). The caller holds the stripe lock and adjusts the item before
- * commit_local. NULL when out of memory.
+ * A new unlinked item for cur's key with the given flags and expiry (the
+ * item's final ones: they shape it), cur's marks and its value (or an empty
+ * one), that inherits the key's access history (as a read when is_read:
+ * then *ri, when not NULL, gets the history before it). The caller holds
+ * the stripe lock and adjusts the item before commit_local. NULL when out
+ * of memory.
  */
 static store_item *item_derive(store *s, const store_item *cur,
                                bool keep_value, bool is_read, const tnow *t,
-                               store_read_info *ri)
+                               store_read_info *ri, uint32_t flags,
+                               uint32_t exptime)
 {
     size_t nvalue = keep_value ? cur->nvalue : 0;
-    /* With a trailer: a derived item mostly keeps cur's cas. */
+    /* With the 8-byte slot: a derived item mostly keeps cur's cas. */
+    struct item_shape sh = {flags, exptime, true};
     store_item *it =
-        item_new(s, STORE_KIND_VALUE, cur->data, cur->nkey, nvalue, true);
+        item_new(s, STORE_KIND_VALUE, cur->data, cur->nkey, nvalue, sh);
     if (it == NULL)
         return NULL;
     if (nvalue)
         memcpy(item_value_ptr(it), cur->data + cur->nkey, nvalue);
-    it->flags = cur->flags;
-    it->exptime = cur->exptime;
     item_set_marks(it, item_marks(cur));
     uint8_t was = atomic_load_explicit(&cur->abits, RELAXED);
     uint8_t fetched = was & FETCHED;
@@ -2267,13 +2366,13 @@ static store_item *retouch(store *s, const char *key, size_t nkey,
         *rc = STORE_NOT_FOUND;
         return NULL;
     }
-    it = item_derive(s, cur, true, is_read, &t, ri);
+    it = item_derive(s, cur, true, is_read, &t, ri, item_flags(cur),
+                     exptime_pack(stored_exptime(exptime, &t)));
     if (it == NULL) {
         pthread_mutex_unlock(&sp->lock);
         *rc = STORE_ERR_NOMEM;
         return NULL;
     }
-    it->exptime = exptime_pack(stored_exptime(exptime, &t));
     int r = commit_local(s, sp, &k, it, &t, item_cas(cur), &note, NULL);
     if (r == APPLY_STALE) {
         *rc = STORE_NOT_FOUND;
@@ -2332,7 +2431,9 @@ int store_delete(store *s, const char *key, size_t nkey, uint64_t cas)
     k = key_kh(s, key, nkey);
     /* Allocated before the lock: a tombstone is never larger than what it
      * replaces, so it needs no room check. */
-    it = item_new(s, STORE_KIND_TOMBSTONE, key, nkey, 0, false);
+    /* Its expiry field holds the second it is written (set below). */
+    struct item_shape sh = {0, 1, false};
+    it = item_new(s, STORE_KIND_TOMBSTONE, key, nkey, 0, sh);
     if (it == NULL)
         return STORE_ERR_NOMEM;
     sp = stripe_of(s, k.h);
@@ -2348,7 +2449,7 @@ int store_delete(store *s, const char *key, size_t nkey, uint64_t cas)
         store_item_release(it);
         return rc;
     }
-    it->exptime = exptime_pack(t.s);
+    item_set_exptime(it, exptime_pack(t.s));
     if (commit_local(s, sp, &k, it, &t, 0, &note, NULL) == APPLY_STALE)
         rc = STORE_NOT_FOUND;
     pthread_mutex_unlock(&sp->lock);
@@ -2378,8 +2479,12 @@ int store_delete_ex(store *s, const store_delete_req *r)
         rc = STORE_NOT_FOUND;
     else if (r->cas != 0 && item_cas(cur) != r->cas)
         rc = STORE_EXISTS;
-    else if ((it = item_derive(s, cur, !r->clear_value, false, &t, NULL)) ==
-             NULL)
+    else if ((it = item_derive(
+                  s, cur, !r->clear_value, false, &t, NULL,
+                  r->clear_value ? 0 : item_flags(cur),
+                  r->set_ttl ? exptime_pack(stored_exptime(r->exptime, &t))
+                  : r->clear_value ? 0
+                                   : item_exptime(cur))) == NULL)
         rc = STORE_ERR_NOMEM;
     else
         rc = STORE_DELETED;
@@ -2388,13 +2493,8 @@ int store_delete_ex(store *s, const store_delete_req *r)
         return rc;
     }
     keep_cas = r->new_cas != 0 ? r->new_cas : item_cas(cur);
-    if (r->clear_value) {
-        it->flags = 0;
-        it->exptime = 0;
+    if (r->clear_value)
         item_set_marks(it, 0);
-    }
-    if (r->set_ttl)
-        it->exptime = exptime_pack(stored_exptime(r->exptime, &t));
     if (r->invalidate) {
         item_set_marks(it, STORE_MARK_STALE); /* the next reader may win */
         keep_cas = r->new_cas;                /* 0: a fresh one */
@@ -2424,7 +2524,8 @@ int store_take_win(store *s, const store_item *seen)
     cur = *stripe_slot(sp, k.h, seen->data, seen->nkey);
     if (cur == seen && item_live(s, cur, &t) &&
         (item_marks(cur) & STORE_MARK_WON) == 0) {
-        it = item_derive(s, cur, true, false, &t, NULL);
+        it = item_derive(s, cur, true, false, &t, NULL, item_flags(cur),
+                         item_exptime(cur));
         if (it == NULL) {
             rc = STORE_ERR_NOMEM;
         } else {
@@ -2540,7 +2641,14 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
         len = nd <= cur->nvalue ? cur->nvalue : nd;
         rc = STORE_OK;
     }
-    it = item_new(s, STORE_KIND_VALUE, r->key, r->nkey, len, r->new_cas != 0);
+    /* One mutation for the number and, with touch, the new expiry. */
+    struct item_shape sh = {
+        cur != NULL ? item_flags(cur) : 0,
+        r->touch      ? exptime_pack(stored_exptime(r->touch_exptime, &t))
+        : cur != NULL ? item_exptime(cur)
+                      : exptime_pack(stored_exptime(r->exptime, &t)),
+        r->new_cas != 0};
+    it = item_new(s, STORE_KIND_VALUE, r->key, r->nkey, len, sh);
     if (it == NULL) {
         pthread_mutex_unlock(&sp->lock);
         return STORE_ERR_NOMEM;
@@ -2548,15 +2656,6 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
     memcpy(item_value_ptr(it), digits, nd);
     if (len > nd)
         memset(item_value_ptr(it) + nd, ' ', len - nd);
-    if (cur != NULL)
-        it->flags = cur->flags;
-    /* One mutation for the number and, with touch, the new expiry. */
-    if (r->touch)
-        it->exptime = exptime_pack(stored_exptime(r->touch_exptime, &t));
-    else if (cur != NULL)
-        it->exptime = cur->exptime;
-    else
-        it->exptime = exptime_pack(stored_exptime(r->exptime, &t));
     if (commit_local(s, sp, &k, it, &t, r->new_cas, &note, cas_out) ==
         APPLY_STALE)
         rc = STORE_NOT_FOUND;
@@ -2579,7 +2678,8 @@ int store_flush_all(store *s, uint32_t delay)
     if (s == NULL)
         return STORE_ERR_INVAL;
     k = key_kh(s, "", 0);
-    it = item_new(s, STORE_KIND_FLUSH, "", 0, 0, true);
+    struct item_shape sh = {0, 0, true};
+    it = item_new(s, STORE_KIND_FLUSH, "", 0, 0, sh);
     if (it == NULL)
         return STORE_ERR_NOMEM;
     sp = stripe_of(s, k.h);
@@ -2741,19 +2841,20 @@ int store_apply(store *s, const store_mutation *m)
      * keeps it when it is not the one its id gives (touch kept an older
      * one), and a FLUSH's flush_at. */
     riblt_id mid = make_id(k.gid, m->version.ticks, m->version.node);
-    bool xtra = m->kind == STORE_KIND_FLUSH || m->cas != fresh_cas(&mid);
-    it = item_new(s, m->kind, key, m->nkey, m->nvalue, xtra);
+    bool flush = m->kind == STORE_KIND_FLUSH;
+    struct item_shape sh = {flush ? 0 : m->flags,
+                            flush ? 0 : exptime_pack(m->exptime),
+                            flush || m->cas != fresh_cas(&mid)};
+    it = item_new(s, m->kind, key, m->nkey, m->nvalue, sh);
     if (it == NULL)
         return STORE_ERR_NOMEM;
     if (m->nvalue)
         memcpy(item_value_ptr(it), m->value, m->nvalue);
     it->ticks = m->version.ticks;
     it->node = m->version.node;
-    it->flags = m->kind == STORE_KIND_FLUSH ? 0 : m->flags;
-    it->exptime = m->kind == STORE_KIND_FLUSH ? 0 : exptime_pack(m->exptime);
     item_set_marks(it, m->marks);
-    if (xtra)
-        item_x_set(it, m->kind == STORE_KIND_FLUSH ? m->flush_at : m->cas);
+    if (sh.xtra)
+        item_x_set(it, flush ? m->flush_at : m->cas);
 
     pthread_mutex_lock(&sp->lock);
     tnow_get(s, &t);

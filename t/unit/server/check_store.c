@@ -1090,6 +1090,17 @@ START_TEST(test_stale_marks)
     it = store_get(a, "k", 1);
     ck_assert_int_eq(store_item_exptime(it), (int64_t)(T0 / NS) + 30);
     store_item_release(it);
+    /* The same asking no expiry: the item still takes the invalidated
+     * one's (a copy of it with room for the field). */
+    w.exptime = 0;
+    w.value = "v9";
+    ck_assert_int_eq(store_write_item(a, &w, NULL), STORE_STORED);
+    expect(a, "k", "v9");
+    ck_assert_uint_eq(marks_of(a, "k"), STORE_MARK_STALE | STORE_MARK_WON);
+    it = store_get(a, "k", 1);
+    ck_assert_int_eq(store_item_exptime(it), (int64_t)(T0 / NS) + 30);
+    store_item_release(it);
+    w.exptime = store_exptime_abs(a, 500);
     /* With the right cas, invalidate changes nothing: a clean value. */
     w.cas = cas_of(a, "k");
     w.value = "v3";
@@ -1398,10 +1409,11 @@ static store_item_info info_of(store *s)
 }
 
 /*
- * The item layout: a 43-byte header, then key and value, in one chunk. The
+ * The item layout: a 35-byte header, then key and value, in one chunk. The
  * cas of a new value is not stored (its id gives it); an item whose cas is
  * not its id's -- kept by touch, or sent so by a peer -- carries it in an
- * 8-byte trailer, and is accounted for it.
+ * 8-byte trailer field, non-zero client flags and expiry in 4-byte ones,
+ * and is accounted for them.
  */
 START_TEST(test_item_layout)
 {
@@ -1419,7 +1431,7 @@ START_TEST(test_item_layout)
     store_set_listener(a, record, &rec);
     ck_assert_int_eq(set(a, k, v), STORE_STORED);
     store_item_info ii = info_of(a);
-    ck_assert_uint_eq(ii.size, chunk_size(43 + 17 + 100));
+    ck_assert_uint_eq(ii.size, chunk_size(35 + 17 + 100));
     ck_assert_uint_lt(ii.size, chunk_size(53 + 17 + 100));
     store_item_mutation(rec.items[0], &m);
     ck_assert_uint_eq(ii.cas, store_fresh_cas(&m.id));
@@ -1431,11 +1443,13 @@ START_TEST(test_item_layout)
     ck_assert_uint_eq(info_of(b).cas, ii.cas);
     ck_assert_uint_eq(stats(b).bytes, stats(a).bytes);
 
-    /* touch keeps the cas in a trailer; so does its peer. */
+    /* touch keeps the cas in the trailer, and the expiry; so does its
+     * peer. */
     ck_assert_int_eq(store_touch(a, k, strlen(k), now + 60), STORE_OK);
     store_item_info it2 = info_of(a);
     ck_assert_uint_eq(it2.cas, ii.cas);
-    ck_assert_uint_eq(it2.size, chunk_size(43 + 17 + 100 + 8));
+    ck_assert_int_eq(it2.exptime, now + 60);
+    ck_assert_uint_eq(it2.size, chunk_size(35 + 17 + 100 + 8 + 4));
     store_item_mutation(rec.items[1], &m);
     ck_assert_uint_eq(m.cas, ii.cas);
     ck_assert_uint_ne(m.cas, store_fresh_cas(&m.id));
@@ -1447,9 +1461,41 @@ START_TEST(test_item_layout)
     /* A new value drops the trailer again, and the old cas fails. */
     ck_assert_int_eq(wr(a, STORE_CAS, k, "y", 0, 0, ii.cas, NULL),
                      STORE_STORED);
-    ck_assert_uint_eq(info_of(a).size, chunk_size(43 + 17 + 1));
+    ck_assert_uint_eq(info_of(a).size, chunk_size(35 + 17 + 1));
     ck_assert_int_eq(wr(a, STORE_CAS, k, "z", 0, 0, ii.cas, NULL),
                      STORE_EXISTS);
+
+    /* Client flags and an expiry take 4 bytes each, only when non-zero. */
+    ck_assert_int_eq(wr(a, STORE_SET, k, v, 7, 0, 0, NULL), STORE_STORED);
+    ii = info_of(a);
+    ck_assert_uint_eq(ii.size, chunk_size(35 + 17 + 100 + 4));
+    ck_assert_uint_eq(ii.flags, 7);
+    ck_assert_int_eq(ii.exptime, 0);
+    ck_assert_int_eq(wr(a, STORE_SET, k, v, 0xffffffffu, now + 100, 0, NULL),
+                     STORE_STORED);
+    ii = info_of(a);
+    ck_assert_uint_eq(ii.size, chunk_size(35 + 17 + 100 + 8));
+    ck_assert_uint_eq(ii.flags, 0xffffffffu);
+    ck_assert_int_eq(ii.exptime, now + 100);
+    store_item_mutation(rec.items[rec.n - 1], &m);
+    ck_assert_uint_eq(m.flags, 0xffffffffu);
+    ck_assert_int_eq(m.exptime, now + 100);
+    ck_assert_int_eq(apply(b, &m), STORE_OK);
+    ck_assert_uint_eq(info_of(b).size, ii.size);
+    ck_assert_uint_eq(info_of(b).flags, 0xffffffffu);
+    ck_assert_int_eq(info_of(b).exptime, now + 100);
+    ck_assert_uint_eq(stats(b).bytes, stats(a).bytes);
+    /* append keeps both; touch to 0 keeps the flags, drops the expiry. */
+    ck_assert_int_eq(wr(a, STORE_APPEND, k, "!", 0, 0, 0, NULL), STORE_STORED);
+    ii = info_of(a);
+    ck_assert_uint_eq(ii.flags, 0xffffffffu);
+    ck_assert_int_eq(ii.exptime, now + 100);
+    ck_assert_uint_eq(ii.size, chunk_size(35 + 17 + 101 + 8));
+    ck_assert_int_eq(store_touch(a, k, strlen(k), 0), STORE_OK);
+    ii = info_of(a);
+    ck_assert_uint_eq(ii.flags, 0xffffffffu);
+    ck_assert_int_eq(ii.exptime, 0);
+    ck_assert_uint_eq(ii.size, chunk_size(35 + 17 + 101 + 8 + 4));
     recorder_free(&rec);
     store_destroy(a);
     store_destroy(b);
