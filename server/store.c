@@ -36,12 +36,12 @@
  *   - Partitions. An item's partition is its key's (0 when unpartitioned),
  *     computed when needed (item_part: once as a mutation enters the set,
  *     once as it leaves, and by walks that filter by partition); every
- *     record carries its key's. There is one sketch per partition (P + 1 in
- * partitioned mode, the last one the global partition of the empty key, one
- * when unpartitioned) with the partition's counters (mutations, values,
- *     bytes), all under the set lock, so every partition's sketch is the
- *     sketch of its mutations. A key's partition is a function of the key,
- *     so every set change touches one partition: a read summing several
+ *     record carries its key's. There is one sketch per partition (P + 1
+ *     in partitioned mode, the last one the global partition of the empty
+ *     key, one when unpartitioned) with the partition's counters
+ *     (mutations, values, bytes), all under the set lock, so every partition's
+ * sketch is the sketch of its mutations. A key's partition is a function of
+ * the key, so every set change touches one partition: a read summing several
  *     sketches may therefore let the set lock go between two partitions
  *     (it does every READ_HOLD_SYMBOLS symbols) and still include no write
  *     by half. Walks by partition filter with a bitmap; drop walks the key
@@ -292,11 +292,28 @@ static inline void item_set_marks(store_item *it, uint8_t marks)
                        (marks & STORE_MARKS_ALL) << 3);
 }
 
+/* Where the expiry field sits in a trailer of these bits. */
+static inline size_t x_exp_at(unsigned km)
+{
+    return (km & XTRA) ? XTRA_BYTES : 0;
+}
+
+/* Where the flags field sits. */
+static inline size_t x_flg_at(unsigned km)
+{
+    return x_exp_at(km) + ((km & XEXP) ? 4 : 0);
+}
+
+/* The bytes of a trailer of these bits. */
+static inline size_t x_bytes(unsigned km)
+{
+    return x_flg_at(km) + ((km & XFLG) ? 4 : 0);
+}
+
 /* The trailer's bytes, counted as part of the value's allocation. */
 static inline size_t item_xbytes(const store_item *it)
 {
-    return ((it->km & XTRA) ? XTRA_BYTES : 0) + ((it->km & XEXP) ? 4 : 0) +
-           ((it->km & XFLG) ? 4 : 0);
+    return x_bytes(it->km);
 }
 
 static inline char *item_tail(const store_item *it)
@@ -309,7 +326,7 @@ static inline uint32_t item_exptime(const store_item *it)
 {
     uint32_t v = 0;
     if (it->km & XEXP)
-        memcpy(&v, item_tail(it) + ((it->km & XTRA) ? XTRA_BYTES : 0), 4);
+        memcpy(&v, item_tail(it) + x_exp_at(it->km), 4);
     return v;
 }
 
@@ -317,10 +334,7 @@ static inline uint32_t item_flags(const store_item *it)
 {
     uint32_t v = 0;
     if (it->km & XFLG)
-        memcpy(&v,
-               item_tail(it) + ((it->km & XTRA) ? XTRA_BYTES : 0) +
-                   ((it->km & XEXP) ? 4 : 0),
-               4);
+        memcpy(&v, item_tail(it) + x_flg_at(it->km), 4);
     return v;
 }
 
@@ -332,7 +346,7 @@ static inline uint32_t item_flags(const store_item *it)
 static inline void item_set_exptime(store_item *it, uint32_t v)
 {
     if (it->km & XEXP)
-        memcpy(item_tail(it) + ((it->km & XTRA) ? XTRA_BYTES : 0), &v, 4);
+        memcpy(item_tail(it) + x_exp_at(it->km), &v, 4);
     else
         assert(v == 0);
 }
@@ -784,10 +798,16 @@ static inline size_t item_alloc_bytes(size_t nkey, size_t nvalue)
     return total > sizeof(store_item) ? total : sizeof(store_item);
 }
 
+/* The bytes an item was allocated with (item_alloc_bytes of its shape). */
+static inline size_t item_bytes(const store_item *it)
+{
+    return item_alloc_bytes(it->nkey, it->nvalue + item_xbytes(it));
+}
+
 /* The bytes an item is accounted for: its real allocation. */
 static inline size_t item_size(const store_item *it)
 {
-    size_t n = item_alloc_bytes(it->nkey, it->nvalue + item_xbytes(it));
+    size_t n = item_bytes(it);
 
     return n <= CHUNK_MAX ? chunk_size(n) : alloc_size(it, n);
 }
@@ -842,17 +862,14 @@ struct item_shape {
  * expiry, with one reference (the caller's). The value (and the 8-byte
  * slot) is left for the caller to fill. Returns NULL when out of memory.
  */
-static store_item *item_new(store *s, uint8_t kind, const char *key,
-                            size_t nkey, size_t nvalue, struct item_shape sh)
+static store_item *item_new(uint8_t kind, const char *key, size_t nkey,
+                            size_t nvalue, struct item_shape sh)
 {
     uint8_t x = (uint8_t)((sh.xtra ? XTRA : 0) | (sh.exptime ? XEXP : 0) |
                           (sh.flags ? XFLG : 0));
-    size_t xb =
-        (sh.xtra ? XTRA_BYTES : 0) + (sh.exptime ? 4 : 0) + (sh.flags ? 4 : 0);
-    size_t n = item_alloc_bytes(nkey, nvalue + xb);
+    size_t n = item_alloc_bytes(nkey, nvalue + x_bytes(x));
     store_item *it = n <= CHUNK_MAX ? chunk_alloc(n) : malloc(n);
 
-    (void)s;
     if (it == NULL)
         return NULL;
     memset(it, 0, ITEM_HDR);
@@ -862,7 +879,7 @@ static store_item *item_new(store *s, uint8_t kind, const char *key,
     it->nvalue = (uint32_t)nvalue;
     item_set_exptime(it, sh.exptime);
     if (sh.flags)
-        memcpy(item_tail(it) + xb - 4, &sh.flags, 4);
+        memcpy(item_tail(it) + x_flg_at(x), &sh.flags, 4);
     if (nkey)
         memcpy(it->data, key, nkey);
     return it;
@@ -873,7 +890,7 @@ static store_item *item_new(store *s, uint8_t kind, const char *key,
  * else a copy with the field (it is released). NULL when out of memory (it
  * is released too).
  */
-static store_item *item_reshape(store *s, store_item *it, uint32_t exptime)
+static store_item *item_reshape(store_item *it, uint32_t exptime)
 {
     if (exptime == 0 || (it->km & XEXP)) {
         item_set_exptime(it, exptime);
@@ -881,7 +898,7 @@ static store_item *item_reshape(store *s, store_item *it, uint32_t exptime)
     }
     struct item_shape sh = {item_flags(it), exptime, (it->km & XTRA) != 0};
     store_item *c =
-        item_new(s, item_kind(it), it->data, it->nkey, it->nvalue, sh);
+        item_new(item_kind(it), it->data, it->nkey, it->nvalue, sh);
     if (c != NULL) {
         memcpy(item_value_ptr(c), item_value_ptr(it), it->nvalue);
         item_set_marks(c, item_marks(it));
@@ -901,7 +918,7 @@ void store_item_release(store_item *it)
         return;
     if (atomic_fetch_sub_explicit(&it->refs, 1, memory_order_acq_rel) != 1)
         return;
-    if (item_alloc_bytes(it->nkey, it->nvalue + item_xbytes(it)) <= CHUNK_MAX)
+    if (item_bytes(it) <= CHUNK_MAX)
         chunk_free(it);
     else
         free(it);
@@ -1289,7 +1306,7 @@ static store_item *drop_item(store *s, const evrec_entry *d)
 {
     /* Keyless: the partition comes with it, in the flags. */
     struct item_shape sh = {d->part, d->exptime, true};
-    store_item *it = item_new(s, STORE_KIND_DROP, "", 0, 0, sh);
+    store_item *it = item_new(STORE_KIND_DROP, "", 0, 0, sh);
 
     if (it == NULL)
         return NULL;
@@ -2138,7 +2155,7 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
         /* The expiry is set under the lock (a relative one counts from
          * then); it is non-zero exactly when w's is. */
         struct item_shape sh = {w->flags, w->exptime != 0, w->new_cas != 0};
-        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, w->nvalue, sh);
+        it = item_new(STORE_KIND_VALUE, w->key, w->nkey, w->nvalue, sh);
         if (it == NULL)
             return STORE_ERR_NOMEM;
         if (w->nvalue)
@@ -2159,10 +2176,13 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
     if (cas_mode) {
         if (cur == NULL)
             rc = STORE_NOT_FOUND;
-        else if (item_cas(cur) != w->cas && w->invalidate)
-            stale = true; /* cas uniques are random: any other cas is older */
-        else if (item_cas(cur) != w->cas)
-            rc = STORE_EXISTS;
+        else if (item_cas(cur) != w->cas) {
+            /* cas uniques are random: any other cas is older */
+            if (w->invalidate)
+                stale = true;
+            else
+                rc = STORE_EXISTS;
+        }
     } else if (w->mode == STORE_ADD) {
         if (cur != NULL)
             rc = STORE_NOT_STORED;
@@ -2188,7 +2208,7 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
         size_t total = (size_t)cur->nvalue + w->nvalue;
         struct item_shape sh = {item_flags(cur), item_exptime(cur),
                                 w->new_cas != 0};
-        it = item_new(s, STORE_KIND_VALUE, w->key, w->nkey, total, sh);
+        it = item_new(STORE_KIND_VALUE, w->key, w->nkey, total, sh);
         if (it == NULL) {
             pthread_mutex_unlock(&sp->lock);
             return STORE_ERR_NOMEM;
@@ -2207,7 +2227,7 @@ int store_write_item(store *s, const store_write *w, uint64_t *cas_out)
     } else if (stale) {
         /* A recache that lost to an invalidation: stored, but still stale,
          * living no longer than the invalidated value. */
-        it = item_reshape(s, it, item_exptime(cur));
+        it = item_reshape(it, item_exptime(cur));
         if (it == NULL) {
             pthread_mutex_unlock(&sp->lock);
             return STORE_ERR_NOMEM;
@@ -2315,7 +2335,7 @@ static store_item *item_derive(store *s, const store_item *cur,
     /* With the 8-byte slot: a derived item mostly keeps cur's cas. */
     struct item_shape sh = {flags, exptime, true};
     store_item *it =
-        item_new(s, STORE_KIND_VALUE, cur->data, cur->nkey, nvalue, sh);
+        item_new(STORE_KIND_VALUE, cur->data, cur->nkey, nvalue, sh);
     if (it == NULL)
         return NULL;
     if (nvalue)
@@ -2433,7 +2453,7 @@ int store_delete(store *s, const char *key, size_t nkey, uint64_t cas)
      * replaces, so it needs no room check. */
     /* Its expiry field holds the second it is written (set below). */
     struct item_shape sh = {0, 1, false};
-    it = item_new(s, STORE_KIND_TOMBSTONE, key, nkey, 0, sh);
+    it = item_new(STORE_KIND_TOMBSTONE, key, nkey, 0, sh);
     if (it == NULL)
         return STORE_ERR_NOMEM;
     sp = stripe_of(s, k.h);
@@ -2648,7 +2668,7 @@ int store_arith(store *s, const store_arith_req *r, uint64_t *value,
         : cur != NULL ? item_exptime(cur)
                       : exptime_pack(stored_exptime(r->exptime, &t)),
         r->new_cas != 0};
-    it = item_new(s, STORE_KIND_VALUE, r->key, r->nkey, len, sh);
+    it = item_new(STORE_KIND_VALUE, r->key, r->nkey, len, sh);
     if (it == NULL) {
         pthread_mutex_unlock(&sp->lock);
         return STORE_ERR_NOMEM;
@@ -2679,7 +2699,7 @@ int store_flush_all(store *s, uint32_t delay)
         return STORE_ERR_INVAL;
     k = key_kh(s, "", 0);
     struct item_shape sh = {0, 0, true};
-    it = item_new(s, STORE_KIND_FLUSH, "", 0, 0, sh);
+    it = item_new(STORE_KIND_FLUSH, "", 0, 0, sh);
     if (it == NULL)
         return STORE_ERR_NOMEM;
     sp = stripe_of(s, k.h);
@@ -2845,7 +2865,7 @@ int store_apply(store *s, const store_mutation *m)
     struct item_shape sh = {flush ? 0 : m->flags,
                             flush ? 0 : exptime_pack(m->exptime),
                             flush || m->cas != fresh_cas(&mid)};
-    it = item_new(s, m->kind, key, m->nkey, m->nvalue, sh);
+    it = item_new(m->kind, key, m->nkey, m->nvalue, sh);
     if (it == NULL)
         return STORE_ERR_NOMEM;
     if (m->nvalue)
