@@ -270,11 +270,13 @@ static void emit_general(stats_emit_fn emit, void *arg)
     emit_u64(emit, arg, "mutations", ss.mutations);
     emit_u64(emit, arg, "tombstones", ss.tombstones);
     /* Eviction is local: records evicted values leave (replication on),
-     * the table's size, and the drops its overflow wrote. */
+     * the table's size, the drops its overflow wrote, and the values
+     * drops took out of the set that this node still holds. */
     emit_u64(emit, arg, "evicted_records", ss.evicted_records);
     emit_u64(emit, arg, "evicted_record_capacity", ss.evict_records);
     emit_u64(emit, arg, "drops", ss.drops);
     emit_u64(emit, arg, "drops_written", ss.drops_written);
+    emit_u64(emit, arg, "kept_items", ss.kept_items);
     emit_u64(emit, arg, "sketch_symbols", ss.sketch_symbols);
     emit_u64(emit, arg, "applied_remote", ss.applied_remote);
     emit_u64(emit, arg, "stale_remote", ss.stale_remote);

@@ -136,12 +136,17 @@
  * keyless mutation one tick newer than the record, in the drops' own table
  * (a sixteenth of the capacity to start with, reserved; it grows to
  * DROP_MAX_ENTRIES at most, counted against the limit). A drop is in the set
- * like any mutation, so rounds take it to every peer, where it beats the value
- * it names (the cluster-wide drop, the one case where an eviction reaches
- * other nodes: when a node's record space runs out). A drop leaves every set
- * DROP_GRACE seconds after it was written. A full drops' table lets its least
- * drop (oldest by creation second) go early, and drops below it at once; a
- * peer may then refill that value once, which a cache may do.
+ * like any mutation, so push and rounds take it to every peer, where it
+ * takes the mutation it names out of the set: a peer holding that value
+ * keeps it, readable, as a KEPT item (linked, in no set, evicted without a
+ * record), so an eviction never deletes data on another node; only a value
+ * older than the one the drop names leaves (do_apply_keyless). A kept
+ * value is replaced by any newer write or delete as usual, and its own
+ * mutation coming back from a peer that still holds it in its set brings it
+ * back into the set. A drop leaves every set DROP_GRACE seconds after it
+ * was written. A full drops' table lets its least drop (oldest by creation
+ * second) go early, and drops below it at once; a peer may then refill that
+ * value once, which a cache may do.
  * Under steady eviction that is the common case: drops are written as fast
  * as values are evicted, far more than a minute's worth fits.
  * Records are not reported to the listener (no push): rounds carry them. A
@@ -161,9 +166,11 @@
  * are functions of key and version, never local to a node. Two nodes that
  * received the same mutations hold the same newest mutation per key
  * whatever the order of arrival and whatever each evicted (a record has
- * its value's id), and death depends only on the mutation and the clock,
- * so after both have swept their sets (and sketches, which are a function
- * of the set) are equal. The limits: a mutation that arrives more than the
+ * its value's id; a kept value is in no set, its drop newer than it in
+ * every set that received the drop, whether that node kept the value, had
+ * evicted it or never had it), and death depends only on the mutation and
+ * the clock, so after both have swept their sets (and sketches, which are
+ * a function of the set) are equal. The limits: a mutation that arrives more than the
  * grace late may find its key's tombstone already swept and come back; a
  * drop freed early lets a peer refill its value; and two keys whose 64-bit
  * gids collide share one record slot (a write of one supersedes the
@@ -220,6 +227,10 @@
     2u            /* the eviction clock's second chance: set by a read,       \
                      cleared by the hand as it passes */
 #define LINKED 4u /* in the key table; changed under the stripe lock */
+#define KEPT                                                                  \
+    8u /* linked but out of the set: a drop took the value's mutation out     \
+          of every set and the value stays readable here (see "Eviction is    \
+          local"); changed under the stripe lock */
 
 /*
  * An item header is 35 bytes, then the key, then the value, then a trailer
@@ -279,6 +290,12 @@ _Static_assert(offsetof(struct store_item, data) == 35,
 static inline uint8_t item_kind(const store_item *it)
 {
     return it->km & 7u;
+}
+
+static inline bool item_kept(const store_item *it)
+{
+    return (atomic_load_explicit(&it->abits, memory_order_relaxed) & KEPT) !=
+           0;
 }
 
 static inline uint8_t item_marks(const store_item *it)
@@ -528,6 +545,7 @@ struct part {
     uint64_t mutations; /* set entries of this partition */
     uint64_t items;     /* of them, VALUE items */
     uint64_t bytes;     /* their accounted size */
+    uint64_t kept;      /* KEPT values, linked but not in the set */
 };
 
 struct stripe {
@@ -1080,12 +1098,13 @@ static store_item **stripe_slot(struct stripe *sp, uint64_t h, const char *key,
     return pp;
 }
 
-/* The item whose mutation id is *id, or NULL (caller holds its stripe). */
+/* The item in the set whose mutation id is *id, or NULL (caller holds its
+ * stripe). */
 static store_item *stripe_find_id(struct stripe *sp, uint64_t h,
                                   const riblt_id *id)
 {
     for (store_item *it = *bucket_of(sp, h); it != NULL; it = it->hnext) {
-        if (key_gid(it->data, it->nkey) != id->hi)
+        if (key_gid(it->data, it->nkey) != id->hi || item_kept(it))
             continue;
         riblt_id mine = make_id(id->hi, it->ticks, it->node);
         if (mine.lo == id->lo)
@@ -1151,18 +1170,56 @@ static inline void part_count(store *s, const store_item *it, uint32_t p,
     }
 }
 
-/* Takes it out of counters and sketch (caller holds its stripe lock). */
-static void set_remove(store *s, store_item *it)
+/*
+ * Takes it out of counters and sketch (caller holds its stripe lock); a
+ * kept item, which is in neither, out of its partition's kept count. With
+ * `keep`, a VALUE in the set stays in the key table, readable, as a kept
+ * item: a drop took its mutation out of every set (see "Eviction is
+ * local").
+ */
+static void set_remove(store *s, store_item *it, bool keep)
+{
+    uint32_t p = item_part(s, it);
+    bool kept = item_kept(it);
+    riblt_id id;
+    uint64_t h = 0;
+
+    if (!kept) {
+        id = item_id(it);
+        h = riblt_hash(&id);
+    }
+    pthread_mutex_lock(&s->set_lock);
+    if (kept) {
+        s->parts[p].kept--;
+    } else {
+        part_count(s, it, p, -1);
+        riblt_sketch_remove_hashed(s->parts[p].sk, &id, h);
+        if (keep)
+            s->parts[p].kept++;
+    }
+    pthread_mutex_unlock(&s->set_lock);
+    if (keep && !kept)
+        atomic_fetch_or_explicit(&it->abits, KEPT, memory_order_relaxed);
+}
+
+/*
+ * Brings a kept item back into the set, as it was before a drop took it
+ * out (caller holds its stripe lock): its mutation came back from a peer
+ * that holds it in its set.
+ */
+static void set_back(store *s, store_item *it)
 {
     riblt_id id = item_id(it);
     uint64_t h = riblt_hash(&id);
-
     uint32_t p = item_part(s, it);
 
     pthread_mutex_lock(&s->set_lock);
-    part_count(s, it, p, -1);
-    riblt_sketch_remove_hashed(s->parts[p].sk, &id, h);
+    s->parts[p].kept--;
+    part_count(s, it, p, 1);
+    riblt_sketch_add_hashed(s->parts[p].sk, &id, h);
     pthread_mutex_unlock(&s->set_lock);
+    atomic_fetch_and_explicit(&it->abits, (uint8_t)~KEPT,
+                              memory_order_relaxed);
 }
 
 /* =========================================================== records */
@@ -1172,8 +1229,9 @@ static void set_remove(store *s, store_item *it)
  * (STORE_KIND_EVICTED) and the cluster-wide drops written when their table
  * overflows (STORE_KIND_DROP), in s->recs and s->droptab under rec_lock.
  * A record is the current mutation of its gid exactly as an item is of its
- * key: a gid has
- * an item or a record, never both, and both kinds are in the set. Every
+ * key: a gid has an item or a record in the set, never both, and both kinds
+ * are in the set; the one pair is a KEPT item (in no set) and the drop
+ * that named it. Every
  * change of a gid's record happens under the stripe lock of that gid,
  * except the conversion of an overflowing record into a drop, which only
  * rec_lock covers (writers of that gid take rec_lock before they look).
@@ -1500,7 +1558,7 @@ static void chain_unlink(store *s, struct stripe *sp, store_item **pp)
  */
 static void do_unlink(store *s, struct stripe *sp, store_item **pp)
 {
-    set_remove(s, *pp);
+    set_remove(s, *pp, false);
     chain_unlink(s, sp, pp);
 }
 
@@ -1512,8 +1570,9 @@ static void do_unlink(store *s, struct stripe *sp, store_item **pp)
  * Returns APPLY_LINKED when it became the key's current mutation: the
  * caller's reference now belongs to the key table (take another before
  * dropping the lock to keep using it). Returns APPLY_STALE when the held
- * mutation's version is not smaller, and APPLY_RETIRED when it is newer
- * but already dead (the held mutation left the set, nothing was linked);
+ * mutation's version is not smaller (a KEPT item's: when it is greater;
+ * its own mutation replaces it, back in the set), and APPLY_RETIRED when it is
+ * newer but already dead (the held mutation left the set, nothing was linked);
  * in both cases the caller still owns its reference and nothing else
  * changed.
  *
@@ -1529,17 +1588,30 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
     store_version nv = item_version(it);
     uint64_t gid = k->gid;
     evrec_entry re;
-    bool rec = false; /* cur is NULL and re is the gid's record (rec_lock) */
+    bool rec = false;    /* re is the gid's record (rec_lock held) */
+    bool cur_in = false; /* cur is the key's mutation in the set */
 
-    if (cur != NULL) {
+    if (cur != NULL && !item_kept(cur)) {
         store_version cv = item_version(cur);
         if (store_version_cmp(&nv, &cv) <= 0)
             return APPLY_STALE;
-    } else if ((rec = rec_lookup(s, gid, &re))) {
-        store_version rv = rec_version(&re);
-        if (store_version_cmp(&nv, &rv) <= 0) {
-            pthread_mutex_unlock(&s->rec_lock);
-            return APPLY_STALE;
+        cur_in = true;
+    } else {
+        /* No item in the set: the key's mutation there is its record, if
+         * any. A kept item is the value a drop took out of the set: older
+         * writes still lose to it, and the same mutation coming back (a
+         * peer that never saw the drop) brings it back into the set. */
+        if (cur != NULL) {
+            store_version cv = item_version(cur);
+            if (store_version_cmp(&nv, &cv) < 0)
+                return APPLY_STALE;
+        }
+        if ((rec = rec_lookup(s, gid, &re))) {
+            store_version rv = rec_version(&re);
+            if (store_version_cmp(&nv, &rv) <= 0) {
+                pthread_mutex_unlock(&s->rec_lock);
+                return APPLY_STALE;
+            }
         }
     }
     if (item_dead(s, it, t)) {
@@ -1556,11 +1628,11 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
 
     riblt_id nid = make_id(gid, it->ticks, it->node), oid = {0, 0};
     uint64_t nh = riblt_hash(&nid), oh = 0;
-    if (cur != NULL)
+    if (cur_in)
         oid = make_id(gid, cur->ticks, cur->node);
     else if (rec)
         oid = rec_id(&re);
-    if (cur != NULL || rec)
+    if (cur_in || rec)
         oh = riblt_hash(&oid);
     if (rec)
         recs_remove(s, gid);
@@ -1568,8 +1640,10 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
     uint32_t p = item_part(s, it);
     pthread_mutex_lock(&s->set_lock);
     riblt_sketch *sk = s->parts[p].sk;
-    if (cur != NULL || rec) {
-        if (cur != NULL)
+    if (cur != NULL && !cur_in)
+        s->parts[p].kept--;
+    if (cur_in || rec) {
+        if (cur_in)
             part_count(s, cur, p, -1);
         else
             rec_count(s, &re, -1);
@@ -1615,9 +1689,15 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
 
 /*
  * A keyless mutation from a peer (STORE_KIND_EVICTED, STORE_KIND_DROP) as
- * the current mutation of its gid: compared with the gid's item or record
- * (last writer wins), which leaves when it is older. Caller holds sp->lock
- * (h is bucket_hash of e->gid). Returns an apply_result.
+ * the current mutation of its gid: compared with the gid's mutation in the
+ * set (its item, or its record), which leaves when it is older. A drop
+ * that names the gid's value (its version is one tick past the value's,
+ * the record it was written from) takes the value out of the set and
+ * leaves it readable here, kept; an older value than the one it names
+ * leaves. A kept value is out of the set: older keyless mutations lose to
+ * it, and an evicted value's record of that very mutation brings it back
+ * into the set (the record's sender holds it in its set). Caller holds
+ * sp->lock (h is bucket_hash of e->gid). Returns an apply_result.
  */
 static int do_apply_keyless(store *s, struct stripe *sp, uint64_t h,
                             const evrec_entry *e, const tnow *t,
@@ -1631,17 +1711,32 @@ static int do_apply_keyless(store *s, struct stripe *sp, uint64_t h,
     for (; *pp != NULL; pp = &(*pp)->hnext)
         if (key_gid((*pp)->data, (*pp)->nkey) == e->gid)
             break;
+    store_item *cur = *pp;
+    bool kept = cur != NULL && item_kept(cur);
     pthread_mutex_lock(&s->rec_lock);
-    rec = *pp == NULL && recs_find(s, e->gid, &re);
-    if (*pp != NULL || rec) {
-        store_version cv = rec ? rec_version(&re) : item_version(*pp);
-        if (store_version_cmp(&ev, &cv) <= 0) {
+    rec = (cur == NULL || kept) && recs_find(s, e->gid, &re);
+    if (cur != NULL || rec) {
+        store_version cv = rec ? rec_version(&re) : item_version(cur);
+        int c = store_version_cmp(&ev, &cv);
+        if (c == 0 && kept && !rec && e->kind == STORE_KIND_EVICTED) {
+            set_back(s, cur);
+            pthread_mutex_unlock(&s->rec_lock);
+            return APPLY_LINKED;
+        }
+        if (c <= 0) {
             pthread_mutex_unlock(&s->rec_lock);
             return APPLY_STALE;
         }
     }
-    if (*pp != NULL)
-        do_unlink(s, sp, pp);
+    if (cur != NULL) {
+        bool named = e->kind == STORE_KIND_DROP &&
+                     item_kind(cur) == STORE_KIND_VALUE &&
+                     cur->ticks + 1 == e->ticks && cur->node == e->node;
+        if (!named)
+            do_unlink(s, sp, pp);
+        else if (!kept)
+            set_remove(s, cur, true);
+    }
     if (rec) {
         recs_remove(s, e->gid);
         rec_set_remove(s, &re);
@@ -1664,12 +1759,6 @@ static int do_apply_keyless(store *s, struct stripe *sp, uint64_t h,
 
 /* ========================================================== eviction */
 
-/*
- * Evicts the value at *pp (caller holds sp->lock; gid is its key's): it
- * leaves the key table, and on a replicating node leaves a record of its
- * mutation in its place (see "Eviction is local"), so the set does not
- * change.
- */
 /* What store_walk and evict_fn are shown of a value. */
 static void item_info(const store_item *it, store_item_info *ii)
 {
@@ -1684,6 +1773,12 @@ static void item_info(const store_item *it, store_item_info *ii)
     ii->fetched = (atomic_load_explicit(&it->abits, RELAXED) & FETCHED) != 0;
 }
 
+/*
+ * Evicts the value at *pp (caller holds sp->lock; gid is its key's): it
+ * leaves the key table, and on a replicating node leaves a record of its
+ * mutation in its place (see "Eviction is local"), so the set does not
+ * change.
+ */
 static void evict_at(store *s, struct stripe *sp, uint64_t gid,
                      store_item **pp, const tnow *t, store_item **note)
 {
@@ -1697,7 +1792,8 @@ static void evict_at(store *s, struct stripe *sp, uint64_t gid,
         s->opt.evict_fn(s->opt.evict_arg, &ii);
     }
 
-    if (s->recs == NULL) {
+    if (s->recs == NULL || item_kept(victim)) {
+        /* A kept value is in no set: it leaves nothing behind. */
         do_unlink(s, sp, pp);
     } else {
         evrec_entry e = {.gid = gid,
@@ -2839,13 +2935,16 @@ int store_apply(store *s, const store_mutation *m)
          */
         pthread_mutex_lock(&sp->lock);
         store_item *cur = *stripe_slot(sp, k.h, key, m->nkey);
+        bool kept = cur != NULL && item_kept(cur);
         evrec_entry re;
-        bool rec = cur == NULL && rec_lookup(s, k.gid, &re);
-        store_version cv = cur != NULL ? item_version(cur)
-                           : rec       ? rec_version(&re)
-                                       : m->version;
+        bool rec = (cur == NULL || kept) && rec_lookup(s, k.gid, &re);
+        store_version cv = rec           ? rec_version(&re)
+                           : cur != NULL ? item_version(cur)
+                                         : m->version;
+        /* A kept value's own mutation comes back into the set. */
+        int c = store_version_cmp(&m->version, &cv);
         bool beaten =
-            (cur != NULL || rec) && store_version_cmp(&m->version, &cv) <= 0;
+            (cur != NULL || rec) && (c < 0 || (c == 0 && (rec || !kept)));
         if (rec)
             pthread_mutex_unlock(&s->rec_lock);
         pthread_mutex_unlock(&sp->lock);
@@ -3230,7 +3329,8 @@ static size_t set_snapshot(store *s, const uint64_t *bits, riblt_id **out)
         }
         for (uint64_t b = 0; b <= sp->mask; b++)
             for (store_item *it = sp->buckets[b]; it; it = it->hnext)
-                if (bits == NULL || bit_has(bits, item_part(s, it)))
+                if (!item_kept(it) &&
+                    (bits == NULL || bit_has(bits, item_part(s, it))))
                     v[n++] = item_id(it);
         pthread_mutex_unlock(&sp->lock);
     }
@@ -3444,8 +3544,9 @@ bool store_walk(store *s, size_t *cursor, size_t budget, store_walk_fn fn,
 }
 
 /*
- * Mutations of the marked partitions that drop may take: all of them but a
- * held flush, which is never dropped (caller holds set_lock).
+ * What drop may take of the marked partitions: their mutations but a held
+ * flush, which is never dropped, and their kept values (caller holds
+ * set_lock).
  */
 static uint64_t droppable(store *s, const uint64_t *bits)
 {
@@ -3455,6 +3556,9 @@ static uint64_t droppable(store *s, const uint64_t *bits)
     if (n != 0 && bit_has(bits, g) &&
         atomic_load_explicit(&s->flush_at, memory_order_acquire) != 0)
         n--;
+    for (uint32_t p = 0; p < s->nparts; p++)
+        if (bit_has(bits, p))
+            n += s->parts[p].kept;
     return n;
 }
 
@@ -3572,6 +3676,8 @@ void store_get_stats(store *s, store_stats *out)
     out->reclaimed = atomic_load_explicit(&s->reclaimed, RELAXED);
     pthread_mutex_lock(&s->set_lock);
     out->mutations = s->set_count;
+    for (uint32_t p = 0; p < s->nparts; p++)
+        out->kept_items += s->parts[p].kept;
     pthread_mutex_unlock(&s->set_lock);
     out->tombstones = atomic_load_explicit(&s->tombstones, RELAXED);
     if (s->recs != NULL) {

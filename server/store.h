@@ -621,6 +621,8 @@ typedef struct store_stats {
     uint64_t evicted_records; /* STORE_KIND_EVICTED records held */
     uint64_t drops;           /* STORE_KIND_DROP records held */
     uint64_t drops_written;   /* record table overflows turned into drops */
+    uint64_t kept_items;      /* values a drop took out of the set, still
+                                 held and readable */
     uint64_t evict_records;   /* record table capacity */
     uint64_t applied_remote;  /* peer mutations accepted */
     uint64_t stale_remote;    /* peer mutations dropped as older */

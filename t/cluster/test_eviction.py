@@ -187,6 +187,20 @@ class Eviction(unittest.TestCase):
                        if big.request(b"mg " + k + b"\r\n") == b"HD\r\n")
             self.assertEqual(kept, len(evicted) - 2, cl.logs())
 
+    def test_5_steady_eviction_beside_a_bigger_node(self):
+        # Small values through a small node beside a big one, twice what
+        # the small one holds: its records fill in a moment and every
+        # further eviction writes a drop. A drop takes the mutation out of
+        # every set but leaves the value where it is held, so the big node
+        # keeps all it has room for (here, everything; when a drop deleted
+        # the value it named, the big node held 0.58 of a lone node). The
+        # small node's floor is below test_2's: at -m 24 its records and
+        # its full drops' table take a tenth of its memory.
+        stats = self.check_cluster([24, 48], 300000, 0, 0.85, size=100)
+        self.assertGreater(int(stats[0]["drops_written"]), 0, stats[0])
+        self.assertGreater(int(stats[1]["kept_items"]), 0, stats[1])
+        self.assertGreaterEqual(int(stats[1]["curr_items"]), 0.98 * 300000)
+
 
 if __name__ == "__main__":
     cluster.main()

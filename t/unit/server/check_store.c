@@ -1943,9 +1943,10 @@ END_TEST
 
 /*
  * A full record table turns its oldest records into drops, which reach
- * peers like any mutation: a peer holding the value lets it go, sets agree,
- * and drops leave every set after 60 s. (50 writes: few enough drops for
- * their table to hold them all; test_drops_bounded goes beyond.)
+ * peers like any mutation: a peer holding the value takes it out of its set
+ * and keeps it, readable; sets agree, and drops leave every set after 60 s.
+ * (50 writes: few enough drops for their table to hold them all;
+ * test_drops_bounded goes beyond.)
  */
 START_TEST(test_eviction_record_overflow)
 {
@@ -1978,26 +1979,192 @@ START_TEST(test_eviction_record_overflow)
     ck_assert_uint_eq(pushed, sa.drops_written);
     ck_assert_uint_eq(sa.mutations,
                       sa.curr_items + sa.evicted_records + sa.drops);
-    /* What a dropped lacks: b's values the drops beat. */
+    /* b keeps every value; the drops took their mutations out of its set. */
     reconcile(a, b);
     same_sketch(a, b);
     store_stats sb = stats(b);
     ck_assert_uint_eq(sb.drops, sa.drops);
-    ck_assert_uint_eq(sb.curr_items + sb.evicted_records + sb.drops, 50);
-    ck_assert_uint_eq(sb.curr_items, 50 - sb.drops);
-    /* An old write of a dropped value does not come back. */
+    ck_assert_uint_eq(sb.curr_items, 50);
+    ck_assert_uint_eq(sb.kept_items, sb.drops);
+    ck_assert_uint_eq(sb.evicted_records, 0);
+    ck_assert_uint_eq(sb.mutations, 50 - sb.kept_items + sb.drops);
+    ck_assert_uint_eq(sa.kept_items, 0);
+    /* An old write of a dropped value does not come back into the set
+     * while the drop is in it. */
     for (size_t i = 0; i < rec.n; i++) {
         store_mutation m;
         store_item_mutation(rec.items[i], &m);
         int r = store_apply(b, &m);
         ck_assert_int_eq(r, STORE_STALE);
     }
-    /* Drops leave after 60 s, on both, and the sets still agree. */
+    ck_assert_uint_eq(stats(b).kept_items, sb.kept_items);
+    /* Drops leave after 60 s, on both, and the sets still agree; b still
+     * holds what it kept. */
     advance(&c, 61);
     store_sweep(a, SIZE_MAX);
     store_sweep(b, SIZE_MAX);
     ck_assert_uint_eq(stats(a).drops, 0);
     ck_assert_uint_eq(stats(b).drops, 0);
+    same_sketch(a, b);
+    ck_assert_uint_eq(stats(b).curr_items, 50);
+    ck_assert_uint_eq(stats(b).kept_items, sb.kept_items);
+    recorder_free(&rec);
+    store_destroy(a);
+    store_destroy(b);
+}
+END_TEST
+
+/* Whether b holds key k readable but out of its set (kept). */
+static bool is_kept(store *b, const char *k)
+{
+    store_item *it = store_get(b, k, strlen(k));
+    if (it == NULL)
+        return false;
+    store_mutation m;
+    store_item_mutation(it, &m);
+    bool in = store_has(b, &m.id);
+    store_item_release(it);
+    return !in;
+}
+
+/*
+ * A drop takes the value it names out of every set and leaves it where it
+ * is held: a newer write or a delete still wins over a kept value, an
+ * eviction of one leaves no record, a drop that names a newer version than
+ * a node holds removes the older value, and the kept mutation itself,
+ * coming back from a peer that still has it in its set, comes back into
+ * the set.
+ */
+START_TEST(test_drop_keeps_value)
+{
+    fake_clock c = {T0};
+    size_t one = item_bytes("k:000", 1000);
+    store *a = mk_rec(&c, 1, one * 6 + 40 * 36, 40 * 36);
+    store *b = mk_rec(&c, 2, one * 200 + 400 * 36, 400 * 36);
+    char key[16], v[1001];
+    recorder rec;
+    const char *kk[64];
+    char keys[64][16];
+    size_t nk = 0;
+
+    write_pushed(a, b, &rec, 50, v);
+    reconcile(a, b);
+    same_sketch(a, b);
+    for (int i = 0; i < 50; i++) {
+        snprintf(keys[nk], sizeof(keys[nk]), "k:%03d", i);
+        if (is_kept(b, keys[nk])) {
+            kk[nk] = keys[nk];
+            nk++;
+        }
+    }
+    store_stats sb = stats(b);
+    ck_assert_uint_ge(nk, 5);
+    ck_assert_uint_eq(nk, sb.kept_items);
+    ck_assert_uint_eq(sb.curr_items, 50);
+
+    /* A newer write of a kept key through a reaches b: in the set again,
+     * and the drop gone from both sets. */
+    size_t n0 = rec.n;
+    ck_assert_int_eq(set(a, kk[0], "newer"), STORE_STORED);
+    ck_assert_uint_eq(rec.n, n0 + 1);
+    store_mutation m;
+    store_item_mutation(rec.items[n0], &m);
+    ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+    expect(b, kk[0], "newer");
+    ck_assert(!is_kept(b, kk[0]));
+    ck_assert_uint_eq(stats(b).kept_items, nk - 1);
+    ck_assert_uint_eq(stats(b).drops, sb.drops - 1);
+    same_sketch(a, b);
+
+    /* A delete through b of a key it keeps: a tombstone on both. */
+    ck_assert_int_eq(store_delete(b, kk[1], strlen(kk[1]), 0), STORE_DELETED);
+    ck_assert_uint_eq(give_missing(b, a), 1);
+    expect(a, kk[1], NULL);
+    expect(b, kk[1], NULL);
+    ck_assert_uint_eq(stats(b).kept_items, nk - 2);
+    same_sketch(a, b);
+
+    /* A drop naming a newer version than a node holds removes its older
+     * value; one older than what it holds is stale. */
+    store *d = mk_rec(&c, 3, 0, 4096 * 36);
+    store_mutation old = mut(7, 1, 3, STORE_KIND_VALUE, kk[2], "older");
+    ck_assert_int_eq(apply(d, &old), STORE_OK);
+    store_mutation nw =
+        mut(7, UINT64_C(1) << 62, 3, STORE_KIND_VALUE, kk[3], "newest");
+    ck_assert_int_eq(apply(d, &nw), STORE_OK);
+    size_t drops_seen = 0;
+    for (size_t i = 0; i < rec.n; i++) {
+        if (store_item_kind(rec.items[i]) != STORE_KIND_DROP)
+            continue;
+        store_item_mutation(rec.items[i], &m);
+        store_mutation probe2 = mut(1, 1, 1, STORE_KIND_VALUE, kk[2], "x");
+        store_mutation probe3 = mut(1, 1, 1, STORE_KIND_VALUE, kk[3], "x");
+        if (m.id.hi == probe2.id.hi) {
+            ck_assert_int_eq(store_apply(d, &m), STORE_OK);
+            drops_seen++;
+        } else if (m.id.hi == probe3.id.hi) {
+            ck_assert_int_eq(store_apply(d, &m), STORE_STALE);
+            drops_seen++;
+        }
+    }
+    ck_assert_uint_eq(drops_seen, 2);
+    expect(d, kk[2], NULL);
+    expect(d, kk[3], "newest");
+    ck_assert_uint_eq(stats(d).kept_items, 0);
+    store_destroy(d);
+
+    /* After the drops' minute, b still keeps what it kept; the same
+     * mutation from a peer that holds it in its set, as a value or as the
+     * record of an evicted one, brings it back into the set. */
+    advance(&c, 61);
+    store_sweep(a, SIZE_MAX);
+    store_sweep(b, SIZE_MAX);
+    same_sketch(a, b);
+    size_t back = 0;
+    for (size_t i = 0; i < rec.n && back < 2; i++) {
+        if (store_item_kind(rec.items[i]) != STORE_KIND_VALUE)
+            continue;
+        size_t nkey;
+        const char *k = store_item_key(rec.items[i], &nkey);
+        snprintf(key, sizeof(key), "%.*s", (int)nkey, k);
+        if (!is_kept(b, key))
+            continue;
+        store_item_mutation(rec.items[i], &m);
+        if (back == 1) {
+            /* The record a node that evicted it would send. */
+            riblt_id id = m.id;
+            store_version ver = m.version;
+            memset(&m, 0, sizeof(m));
+            m.id = id;
+            m.version = ver;
+            m.kind = STORE_KIND_EVICTED;
+        }
+        uint64_t k0 = stats(b).kept_items;
+        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+        ck_assert(!is_kept(b, key));
+        ck_assert_uint_eq(stats(b).kept_items, k0 - 1);
+        /* Now a lacks it, and takes it (a cache may refill; a full a
+         * then evicts again, and may write a drop). */
+        ck_assert_uint_ge(give_missing(b, a), 1);
+        reconcile(a, b);
+        same_sketch(a, b);
+        back++;
+    }
+    ck_assert_uint_eq(back, 2);
+    /* Evicting a kept value leaves no record; evicting one in the set
+     * leaves its record, and the sets still agree. */
+    store_stats before = stats(b);
+    /* Room for about ten values beside the key table and the records. */
+    ck_assert_int_eq(
+        store_set_memory_limit(b, KEY_TABLE_ROOM + 400 * 36 + one * 10),
+        STORE_OK);
+    store_stats after = stats(b);
+    uint64_t ev = after.evictions - before.evictions;
+    uint64_t kept_gone = before.kept_items - after.kept_items;
+    ck_assert_uint_gt(ev, 20);
+    ck_assert_uint_gt(kept_gone, 0);
+    ck_assert_uint_eq(after.evicted_records - before.evicted_records,
+                      ev - kept_gone);
     same_sketch(a, b);
     recorder_free(&rec);
     store_destroy(a);
@@ -2451,6 +2618,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_eviction_local);
     tcase_add_test(tc, test_eviction_mixed_sizes);
     tcase_add_test(tc, test_eviction_record_overflow);
+    tcase_add_test(tc, test_drop_keeps_value);
     tcase_add_test(tc, test_drops_bounded);
     tcase_add_test(tc, test_drops_converge);
     tcase_add_test(tc, test_eviction_churn);

@@ -56,8 +56,9 @@ static uint32_t pfn(void *arg, const char *key, size_t nkey)
     return fnv(key, nkey) % st->np + st->bias;
 }
 
-static store *mkp(fake_clock *c, pfn_state *ps, uint32_t np, size_t symbols,
-                  size_t limit)
+/* With a record table of rec_bytes (0: none). */
+static store *mkp_rec(fake_clock *c, pfn_state *ps, uint32_t np,
+                      size_t symbols, size_t limit, size_t rec_bytes)
 {
     store_options o;
     int err = 99;
@@ -76,12 +77,19 @@ static store *mkp(fake_clock *c, pfn_state *ps, uint32_t np, size_t symbols,
     o.partition_sketch_symbols = symbols;
     if (np == 0)
         o.sketch_symbols = symbols;
+    o.evict_record_bytes = rec_bytes;
     if (ps != NULL)
         ps->np = np;
     s = store_create(&o, &err);
     ck_assert_ptr_nonnull(s);
     ck_assert_int_eq(err, STORE_OK);
     return s;
+}
+
+static store *mkp(fake_clock *c, pfn_state *ps, uint32_t np, size_t symbols,
+                  size_t limit)
+{
+    return mkp_rec(c, ps, np, symbols, limit, 0);
 }
 
 /* The partition a key must land in. */
@@ -967,6 +975,66 @@ START_TEST(test_parts_drop_memory)
 }
 END_TEST
 
+/*
+ * Values a drop took out of the set (kept: readable, in no partition's
+ * set) leave with their partition too, and the partitions' sets stay those
+ * of their mutations.
+ */
+START_TEST(test_parts_drop_kept)
+{
+    fake_clock c = {T0};
+    pfn_state ps = {0, 0, 0};
+    store *s = mkp_rec(&c, &ps, 4, 32, 0, 4096 * 36);
+    char key[16];
+    uint32_t p = 1;
+    uint64_t in_p = 0, kept_p = 0;
+
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof(key), "d%d", i);
+        uint64_t ticks = T0 - 1000 + (uint64_t)i * 2;
+        ck_assert_int_eq(apply(s, 5, 3, ticks, key, "v"), STORE_OK);
+        if (i % 2 != 0)
+            continue;
+        /* The drop of that value's record: one tick newer, keyless. */
+        store_mutation d;
+        memset(&d, 0, sizeof(d));
+        d.kind = STORE_KIND_DROP;
+        d.version.ticks = ticks + 1;
+        d.version.node = 3;
+        d.id = idof(key, ticks + 1, 3);
+        d.flags = part_of(&ps, key);
+        d.exptime = (int64_t)(T0 / NS);
+        ck_assert_int_eq(store_apply(s, &d), STORE_OK);
+        ck_assert_ptr_nonnull(store_get(s, key, strlen(key)));
+        store_item_release(store_get(s, key, strlen(key)));
+        if (part_of(&ps, key) == p)
+            kept_p++;
+    }
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof(key), "d%d", i);
+        if (part_of(&ps, key) == p)
+            in_p++;
+    }
+    store_stats st;
+    store_get_stats(s, &st);
+    ck_assert_uint_eq(st.kept_items, 100);
+    ck_assert_uint_eq(st.curr_items, 200);
+    ck_assert_uint_gt(kept_p, 0);
+    uint32_t all[] = {0, 1, 2, 3, 4};
+    parts_match_ids(s, all, 5);
+    size_t n, total = 0;
+    for (int i = 0; i < 100 && (n = store_drop_partitions(s, &p, 1, 7)); i++)
+        total += n;
+    store_get_stats(s, &st);
+    ck_assert_uint_eq(st.kept_items, 100 - kept_p);
+    ck_assert_uint_eq(st.curr_items, 200 - in_p);
+    /* The partition's values, its drops and its kept values. */
+    ck_assert_uint_eq(total, in_p + kept_p);
+    parts_match_ids(s, all, 5);
+    store_destroy(s);
+}
+END_TEST
+
 /* Calls stop after a bounded walk, yet return 0 only once nothing is left:
  * a small partition in a large table goes one item per call. */
 START_TEST(test_parts_drop_bounded)
@@ -1213,6 +1281,7 @@ static Suite *parts_suite(void)
     tcase_add_test(tc, test_parts_drop_bounded);
     tcase_add_test(tc, test_parts_flush_global);
     tcase_add_test(tc, test_parts_unpartitioned);
+    tcase_add_test(tc, test_parts_drop_kept);
     tcase_add_test(tc, test_parts_threads);
     suite_add_tcase(s, tc);
     return s;
