@@ -170,10 +170,10 @@
  * every set that received the drop, whether that node kept the value, had
  * evicted it or never had it), and death depends only on the mutation and
  * the clock, so after both have swept their sets (and sketches, which are
- * a function of the set) are equal. The limits: a mutation that arrives more than the
- * grace late may find its key's tombstone already swept and come back; a
- * drop freed early lets a peer refill its value; and two keys whose 64-bit
- * gids collide share one record slot (a write of one supersedes the
+ * a function of the set) are equal. The limits: a mutation that arrives more
+ * than the grace late may find its key's tombstone already swept and come
+ * back; a drop freed early lets a peer refill its value; and two keys whose
+ * 64-bit gids collide share one record slot (a write of one supersedes the
  * other's record).
  */
 #define _GNU_SOURCE
@@ -204,9 +204,9 @@
 #define MAX_STRIPE_BITS 12
 /* Seconds a drop (STORE_KIND_DROP) stays in the set (at most the grace). */
 #define DROP_GRACE 60
-/* The drops' table grows to at most this many entries (1.4 MiB), or to as
+/* The drops' table grows to at most this many entries (352 KiB), or to as
  * many as the records' table has when that is fewer (see rec_put). */
-#define DROP_MAX_ENTRIES 32768
+#define DROP_MAX_ENTRIES 8192
 /* What a drop's slot costs (the drops' table is an ordered one). */
 #define DROP_ENTRY_BYTES EVREC_ORDERED_ENTRY_BYTES
 /* Ticks beyond this are refused so that ticks + 1 can never wrap. */
@@ -1393,13 +1393,19 @@ static store_item *drop_item(store *s, const evrec_entry *d)
  * them. Growing without that bound, under steady eviction the drops (a
  * minute of evictions) took nearly all of the limit: a node at -m 64 held
  * 40,000 100-byte items instead of 355,000. The bound is one number for
- * every node whose record share reaches it (DROP_MAX_ENTRIES; -m 24 and
+ * every node whose record share reaches it (DROP_MAX_ENTRIES; -m 6 and
  * up by default), not a share of each node's memory: a drop let go early
  * that a peer still holds comes back at the next round and pushes out
  * another, so a small node beside a big one whose table held four times
  * as many drops kept 4 MB/s of rounds going between them for the drops'
  * minute (an ordered table below the other's would still refuse the
  * other's extra drops every round); with equal tables both keep the same.
+ * Why 8,192 and not more: since a drop keeps the value it names, a drop
+ * let go early costs no node anything, and a smaller bound is one more
+ * nodes share (32,768 left -m 8 to -m 23 with smaller tables than their
+ * peers', and a -m 8 node beside a -m 32 one never agreed under steady
+ * eviction) and less of a small node's memory (1.4 MiB was a sixth of
+ * -m 8).
  */
 static void rec_put(store *s, const evrec_entry *e, const tnow *t,
                     store_item **note)
