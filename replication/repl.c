@@ -230,6 +230,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
     repl_health_tick(r, now);
     repl_push_tick(r);
+    repl_encoder_spares_tick(r, now);
     /* One round at a time, run or served (repl_in_round). */
     if (nready > 0 && !repl_in_round(r, NULL, now))
         repl_round_start(r, &r->peers[ready[rng_next(r) % (uint64_t)nready]]);

@@ -64,6 +64,9 @@ struct route;
  * over to the peer (REPL_MSG_ROUND_PLEASE). */
 #define HAND_OVER_DIFF 64
 #define ENCODER_SPARES 2 /* encoders kept for the next rounds */
+/* for this long after the last walked round ended: an encoder over a
+ * large set is tens of MiB beyond -m */
+#define ENCODER_SPARE_NS (10ull * 1000000000ull)
 
 /* Mutations a tick may drop from lost partitions (a call walks about 8x as
  * many table entries; the whole drop is one pass over the table). */
@@ -129,6 +132,7 @@ struct pstats {
     X(duplicate_node_id)                                                      \
     X(push_queue_dropped)                                                     \
     X(encoder_builds)                                                         \
+    X(encoder_spares_freed)                                                   \
     X(served_bytes_sent)                                                      \
     X(served_bytes_recv)                                                      \
     X(ring_changes)                                                           \
@@ -339,6 +343,7 @@ struct repl {
     /* encoders kept between rounds: their memory is already mapped */
     riblt_encoder *spare[ENCODER_SPARES];
     int nspare;
+    uint64_t spare_at_ns; /* when the last one was put back */
     /* one batch of symbols, remote and own (BATCH_MAX each) */
     riblt_symbol *syms, *own_syms;
     /* scratch for building one frame */
@@ -426,6 +431,7 @@ void repl_peer_connect(struct repl *r, struct peer *p);
 /* ================================================== repl_stream.c */
 
 void repl_encoder_put(struct repl *r, riblt_encoder *enc);
+void repl_encoder_spares_tick(struct repl *r, uint64_t now);
 riblt_encoder *repl_stream_walk(struct repl *r, const uint32_t *parts,
                                 size_t nparts, int64_t size_hint,
                                 int64_t *size);

@@ -30,7 +30,8 @@ static void add_id(void *arg, const riblt_id *id)
 /*
  * Returns an encoder to the spares (emptied) or frees it. Fresh memory is
  * expensive to fault in at a million ids, so a couple of encoders are kept
- * for the next rounds.
+ * for the next rounds: walked rounds come in runs (a node catching up),
+ * and repl_encoder_spares_tick frees them once a run is over.
  */
 void repl_encoder_put(struct repl *r, riblt_encoder *enc)
 {
@@ -39,9 +40,25 @@ void repl_encoder_put(struct repl *r, riblt_encoder *enc)
     if (r->nspare < ENCODER_SPARES) {
         riblt_encoder_reset(enc);
         r->spare[r->nspare++] = enc;
+        r->spare_at_ns = repl_now_ns();
         return;
     }
     riblt_encoder_destroy(enc);
+}
+
+/*
+ * Frees the spare encoders ENCODER_SPARE_NS after the last was put back
+ * (called every tick). They hold memory outside -m: two encoders over half
+ * a million ids were 100 MiB that a -m 64 node kept for good after one
+ * burst of walked rounds.
+ */
+void repl_encoder_spares_tick(struct repl *r, uint64_t now)
+{
+    if (r->nspare == 0 || now - r->spare_at_ns < ENCODER_SPARE_NS)
+        return;
+    while (r->nspare > 0)
+        riblt_encoder_destroy(r->spare[--r->nspare]);
+    PST_ADD(&r->st, encoder_spares_freed, 1);
 }
 
 static riblt_encoder *encoder_get(struct repl *r, size_t cap)

@@ -157,6 +157,15 @@ class CatchUp(unittest.TestCase):
                 lambda: all(n.stats("health")["health"] == "converged"
                             for n in cl.nodes), 30),
                 [n.stats("health") for n in cl.nodes])
+            # The encoders kept for walked rounds (tens of MiB beyond -m
+            # at this size) are freed once the walks are over.
+            walkers = [n for n in cl.nodes
+                       if int(n.repl_stats()["encoder_builds"]) > 0]
+            print("nodes that built encoders: %d" % len(walkers))
+            self.assertTrue(wait_until(
+                lambda: all(int(n.repl_stats()["encoder_spares_freed"]) > 0
+                            for n in walkers), 15, interval=0.5),
+                [n.repl_stats()["encoder_spares_freed"] for n in walkers])
 
 
 if __name__ == "__main__":
