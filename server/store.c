@@ -141,13 +141,13 @@
  * keeps it, readable, as a KEPT item (linked, in no set, evicted without a
  * record), so an eviction never deletes data on another node; only a value
  * older than the one the drop names leaves (do_apply_keyless). A kept
- * value is replaced by any newer write or delete as usual, and its own
- * mutation coming back from a peer that still holds it in its set brings it
- * back into the set. A drop leaves every set DROP_GRACE seconds after it
- * was written. A full drops' table lets its least drop (oldest by creation
- * second) go early, and drops below it at once; a peer may then refill that
- * value once, which a cache may do.
- * Under steady eviction that is the common case: drops are written as fast
+ * value is replaced by any newer write or delete as usual, and its own or
+ * an older mutation of its key coming back from a peer that still holds it
+ * in its set (once the drop is gone) brings it back into the set. A drop
+ * leaves every set DROP_GRACE seconds after it was written. A full drops'
+ * table lets its least drop (oldest by creation second) go early, and drops
+ * below it at once; a peer may then refill that value once, which a cache may
+ * do. Under steady eviction that is the common case: drops are written as fast
  * as values are evicted, far more than a minute's worth fits.
  * Records are not reported to the listener (no push): rounds carry them. A
  * drop is (drop_item), so that peers let the value go while it is young.
@@ -1576,8 +1576,8 @@ static void do_unlink(store *s, struct stripe *sp, store_item **pp)
  * Returns APPLY_LINKED when it became the key's current mutation: the
  * caller's reference now belongs to the key table (take another before
  * dropping the lock to keep using it). Returns APPLY_STALE when the held
- * mutation's version is not smaller (a KEPT item's: when it is greater;
- * its own mutation replaces it, back in the set), and APPLY_RETIRED when it is
+ * mutation's version is not smaller (a KEPT item without its drop is
+ * brought back into the set then), and APPLY_RETIRED when it is
  * newer but already dead (the held mutation left the set, nothing was linked);
  * in both cases the caller still owns its reference and nothing else
  * changed.
@@ -1604,18 +1604,21 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
         cur_in = true;
     } else {
         /* No item in the set: the key's mutation there is its record, if
-         * any. A kept item is the value a drop took out of the set: older
-         * writes still lose to it, and the same mutation coming back (a
-         * peer that never saw the drop) brings it back into the set. */
-        if (cur != NULL) {
-            store_version cv = item_version(cur);
-            if (store_version_cmp(&nv, &cv) < 0)
-                return APPLY_STALE;
-        }
+         * any. A kept item is a value a drop took out of the set; once
+         * the drop is gone, its own or an older mutation arriving (from a
+         * peer that never saw the drop) is stale and brings the kept
+         * value back into the set, so that the peer receives it in turn
+         * rather than sending the older one at every round. */
         if ((rec = rec_lookup(s, gid, &re))) {
             store_version rv = rec_version(&re);
             if (store_version_cmp(&nv, &rv) <= 0) {
                 pthread_mutex_unlock(&s->rec_lock);
+                return APPLY_STALE;
+            }
+        } else if (cur != NULL) {
+            store_version cv = item_version(cur);
+            if (store_version_cmp(&nv, &cv) <= 0) {
+                set_back(s, cur);
                 return APPLY_STALE;
             }
         }
@@ -1700,9 +1703,10 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
  * that names the gid's value (its version is one tick past the value's,
  * the record it was written from) takes the value out of the set and
  * leaves it readable here, kept; an older value than the one it names
- * leaves. A kept value is out of the set: older keyless mutations lose to
- * it, and an evicted value's record of that very mutation brings it back
- * into the set (the record's sender holds it in its set). Caller holds
+ * leaves. A kept value is out of the set: older keyless mutations and the
+ * record of that very mutation lose to it and, when its drop is gone,
+ * bring it back into the set (their sender holds that key in its set, and
+ * must receive the newer value). Caller holds
  * sp->lock (h is bucket_hash of e->gid). Returns an apply_result.
  */
 static int do_apply_keyless(store *s, struct stripe *sp, uint64_t h,
@@ -1723,13 +1727,9 @@ static int do_apply_keyless(store *s, struct stripe *sp, uint64_t h,
     rec = (cur == NULL || kept) && recs_find(s, e->gid, &re);
     if (cur != NULL || rec) {
         store_version cv = rec ? rec_version(&re) : item_version(cur);
-        int c = store_version_cmp(&ev, &cv);
-        if (c == 0 && kept && !rec && e->kind == STORE_KIND_EVICTED) {
-            set_back(s, cur);
-            pthread_mutex_unlock(&s->rec_lock);
-            return APPLY_LINKED;
-        }
-        if (c <= 0) {
+        if (store_version_cmp(&ev, &cv) <= 0) {
+            if (kept && !rec)
+                set_back(s, cur); /* as in do_store_apply */
             pthread_mutex_unlock(&s->rec_lock);
             return APPLY_STALE;
         }
@@ -2947,10 +2947,10 @@ int store_apply(store *s, const store_mutation *m)
         store_version cv = rec           ? rec_version(&re)
                            : cur != NULL ? item_version(cur)
                                          : m->version;
-        /* A kept value's own mutation comes back into the set. */
+        /* A kept value without its drop is for do_store_apply to bring
+         * back into the set. */
         int c = store_version_cmp(&m->version, &cv);
-        bool beaten =
-            (cur != NULL || rec) && (c < 0 || (c == 0 && (rec || !kept)));
+        bool beaten = rec ? c <= 0 : cur != NULL && !kept && c <= 0;
         if (rec)
             pthread_mutex_unlock(&s->rec_lock);
         pthread_mutex_unlock(&sp->lock);

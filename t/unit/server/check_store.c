@@ -2113,15 +2113,16 @@ START_TEST(test_drop_keeps_value)
     ck_assert_uint_eq(stats(d).kept_items, 0);
     store_destroy(d);
 
-    /* After the drops' minute, b still keeps what it kept; the same
-     * mutation from a peer that holds it in its set, as a value or as the
-     * record of an evicted one, brings it back into the set. */
+    /* After the drops' minute, b still keeps what it kept; the same or an
+     * older mutation from a peer that holds it in its set, as a value or
+     * as the record of an evicted one, is stale and brings the kept value
+     * back into the set. */
     advance(&c, 61);
     store_sweep(a, SIZE_MAX);
     store_sweep(b, SIZE_MAX);
     same_sketch(a, b);
     size_t back = 0;
-    for (size_t i = 0; i < rec.n && back < 2; i++) {
+    for (size_t i = 0; i < rec.n && back < 3; i++) {
         if (store_item_kind(rec.items[i]) != STORE_KIND_VALUE)
             continue;
         size_t nkey;
@@ -2139,9 +2140,24 @@ START_TEST(test_drop_keeps_value)
             m.version = ver;
             m.kind = STORE_KIND_EVICTED;
         }
+        if (back == 2) {
+            /* An older value of the key. */
+            m.version.ticks -= 1000;
+            m.value = "old";
+            m.nvalue = 3;
+            m.id = store_mutation_id(&m);
+            m.cas = store_fresh_cas(&m.id);
+        }
         uint64_t k0 = stats(b).kept_items;
-        ck_assert_int_eq(store_apply(b, &m), STORE_OK);
+        ck_assert_int_eq(store_apply(b, &m), STORE_STALE);
         ck_assert(!is_kept(b, key));
+        /* The kept value, not the older one, is what b serves. */
+        store_item *held = store_get(b, key, strlen(key));
+        size_t nheld;
+        ck_assert_ptr_nonnull(held);
+        store_item_value(held, &nheld);
+        ck_assert_uint_eq(nheld, 1000);
+        store_item_release(held);
         ck_assert_uint_eq(stats(b).kept_items, k0 - 1);
         /* Now a lacks it, and takes it (a cache may refill; a full a
          * then evicts again, and may write a drop). */
@@ -2150,7 +2166,7 @@ START_TEST(test_drop_keeps_value)
         same_sketch(a, b);
         back++;
     }
-    ck_assert_uint_eq(back, 2);
+    ck_assert_uint_eq(back, 3);
     /* Evicting a kept value leaves no record; evicting one in the set
      * leaves its record, and the sets still agree. */
     store_stats before = stats(b);
