@@ -16,6 +16,20 @@
 #define BLOCKS 64
 #define BLOCK (1u << 20)
 
+/* Allocates, touches and frees BLOCKS blocks of BLOCK bytes. */
+static void burst(void)
+{
+    void *p[BLOCKS];
+    for (int i = 0; i < BLOCKS; i++) {
+        p[i] = malloc(BLOCK);
+        ck_assert_ptr_nonnull(p[i]);
+        memset(p[i], i + 1, BLOCK);
+    }
+    for (int i = 0; i < BLOCKS; i++)
+        free(p[i]);
+}
+
+#ifdef HAVE_JEMALLOC
 /* VmRSS of this process, in bytes. */
 static size_t rss(void)
 {
@@ -31,20 +45,6 @@ static size_t rss(void)
     return kb * 1024;
 }
 
-/* Allocates, touches and frees BLOCKS blocks of BLOCK bytes. */
-static void burst(void)
-{
-    void *p[BLOCKS];
-    for (int i = 0; i < BLOCKS; i++) {
-        p[i] = malloc(BLOCK);
-        ck_assert_ptr_nonnull(p[i]);
-        memset(p[i], i + 1, BLOCK);
-    }
-    for (int i = 0; i < BLOCKS; i++)
-        free(p[i]);
-}
-
-#ifdef HAVE_JEMALLOC
 START_TEST(test_burst_given_back)
 {
     burst();
