@@ -445,8 +445,8 @@ static void listen_unix(void)
 
 /* ------------------------------------------------- timers and signals */
 
-/* Unused allocator pages a quiet daemon may keep resident (memtrim.h): the
- * allowance of 8 MiB above -m that server/README.md states. */
+/* Unused allocator pages the daemon leaves resident before it returns them
+ * (memtrim.h): 8 MiB, as much again as the process at rest takes. */
 #define TRIM_SLACK (8u << 20)
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
