@@ -1172,54 +1172,54 @@ static inline void part_count(store *s, const store_item *it, uint32_t p,
 
 /*
  * Takes it out of counters and sketch (caller holds its stripe lock); a
- * kept item, which is in neither, out of its partition's kept count. With
- * `keep`, a VALUE in the set stays in the key table, readable, as a kept
- * item: a drop took its mutation out of every set (see "Eviction is
- * local").
+ * kept item, which is in neither, out of its partition's kept count.
  */
-static void set_remove(store *s, store_item *it, bool keep)
+static void set_remove(store *s, store_item *it)
 {
     uint32_t p = item_part(s, it);
-    bool kept = item_kept(it);
-    riblt_id id;
-    uint64_t h = 0;
 
-    if (!kept) {
-        id = item_id(it);
-        h = riblt_hash(&id);
-    }
-    pthread_mutex_lock(&s->set_lock);
-    if (kept) {
+    if (item_kept(it)) {
+        pthread_mutex_lock(&s->set_lock);
         s->parts[p].kept--;
-    } else {
-        part_count(s, it, p, -1);
-        riblt_sketch_remove_hashed(s->parts[p].sk, &id, h);
-        if (keep)
-            s->parts[p].kept++;
+        pthread_mutex_unlock(&s->set_lock);
+        return;
     }
+    riblt_id id = item_id(it);
+    uint64_t h = riblt_hash(&id);
+    pthread_mutex_lock(&s->set_lock);
+    part_count(s, it, p, -1);
+    riblt_sketch_remove_hashed(s->parts[p].sk, &id, h);
     pthread_mutex_unlock(&s->set_lock);
-    if (keep && !kept)
-        atomic_fetch_or_explicit(&it->abits, KEPT, memory_order_relaxed);
 }
 
 /*
- * Brings a kept item back into the set, as it was before a drop took it
- * out (caller holds its stripe lock): its mutation came back from a peer
- * that holds it in its set.
+ * Moves a linked VALUE out of the set while it stays in the key table,
+ * readable (keep: a drop took its mutation out of every set), or a kept
+ * one back into the set (!keep: its mutation came back from a peer that
+ * holds it in its set). Caller holds its stripe lock; see "Eviction is
+ * local".
  */
-static void set_back(store *s, store_item *it)
+static void set_keep(store *s, store_item *it, bool keep)
 {
     riblt_id id = item_id(it);
     uint64_t h = riblt_hash(&id);
     uint32_t p = item_part(s, it);
 
     pthread_mutex_lock(&s->set_lock);
-    s->parts[p].kept--;
-    part_count(s, it, p, 1);
-    riblt_sketch_add_hashed(s->parts[p].sk, &id, h);
+    part_count(s, it, p, keep ? -1 : 1);
+    if (keep) {
+        riblt_sketch_remove_hashed(s->parts[p].sk, &id, h);
+        s->parts[p].kept++;
+    } else {
+        riblt_sketch_add_hashed(s->parts[p].sk, &id, h);
+        s->parts[p].kept--;
+    }
     pthread_mutex_unlock(&s->set_lock);
-    atomic_fetch_and_explicit(&it->abits, (uint8_t)~KEPT,
-                              memory_order_relaxed);
+    if (keep)
+        atomic_fetch_or_explicit(&it->abits, KEPT, memory_order_relaxed);
+    else
+        atomic_fetch_and_explicit(&it->abits, (uint8_t)~KEPT,
+                                  memory_order_relaxed);
 }
 
 /* =========================================================== records */
@@ -1564,7 +1564,7 @@ static void chain_unlink(store *s, struct stripe *sp, store_item **pp)
  */
 static void do_unlink(store *s, struct stripe *sp, store_item **pp)
 {
-    set_remove(s, *pp, false);
+    set_remove(s, *pp);
     chain_unlink(s, sp, pp);
 }
 
@@ -1618,7 +1618,7 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
         } else if (cur != NULL) {
             store_version cv = item_version(cur);
             if (store_version_cmp(&nv, &cv) <= 0) {
-                set_back(s, cur);
+                set_keep(s, cur, false);
                 return APPLY_STALE;
             }
         }
@@ -1729,7 +1729,7 @@ static int do_apply_keyless(store *s, struct stripe *sp, uint64_t h,
         store_version cv = rec ? rec_version(&re) : item_version(cur);
         if (store_version_cmp(&ev, &cv) <= 0) {
             if (kept && !rec)
-                set_back(s, cur); /* as in do_store_apply */
+                set_keep(s, cur, false); /* as in do_store_apply */
             pthread_mutex_unlock(&s->rec_lock);
             return APPLY_STALE;
         }
@@ -1741,7 +1741,7 @@ static int do_apply_keyless(store *s, struct stripe *sp, uint64_t h,
         if (!named)
             do_unlink(s, sp, pp);
         else if (!kept)
-            set_remove(s, cur, true);
+            set_keep(s, cur, true);
     }
     if (rec) {
         recs_remove(s, e->gid);
