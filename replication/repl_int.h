@@ -98,6 +98,8 @@ struct route;
     X(last_round_symbols)                                                     \
     X(last_round_us)                                                          \
     X(last_round_diffs)                                                       \
+    X(decoder_symbols)                                                        \
+    X(decoders_grown)                                                         \
     X(resumes)                                                                \
     X(resumed)                                                                \
     X(resume_missed)                                                          \

@@ -29,8 +29,27 @@ void repl_round_reset(struct peer *p)
     rd->decoded = 0;
     repl_encoder_put(p->r, rd->own_enc);
     rd->own_enc = NULL;
-    if (rd->dec)
+    /* What a round grew for a big difference goes with it: a decoder
+     * grown towards repl_max_symbols, the difference symbols kept to
+     * refeed it and the ids fetched take memory in proportion (51 MB on
+     * a -m 64 node after one such round), and a node that kept them would
+     * hold that beyond -m until its next big round. The next round starts from
+     * DECODER_FIRST again, lazily (decoder_grow). */
+    if (rd->dec_cap > DECODER_FIRST) {
+        riblt_decoder_destroy(rd->dec);
+        rd->dec = NULL;
+        rd->dec_cap = 0;
+        PST_SET(&p->st, decoder_symbols, 0);
+    } else if (rd->dec) {
         riblt_decoder_reset(rd->dec);
+    }
+    if (rd->diffs_cap > DECODER_FIRST) {
+        free(rd->diffs);
+        rd->diffs = NULL;
+        rd->diffs_cap = 0;
+    }
+    free(rd->wanted); /* allocated by each round's exchange */
+    rd->wanted = NULL;
 }
 
 /* Ends the round unrun or unfinished; the peer is told when the link is
@@ -177,8 +196,9 @@ static int round_walk(struct repl *r, struct peer *p, int64_t remote_size)
 }
 
 /* Grows the decoder, refeeding every difference symbol received so far. */
-static int decoder_grow(struct repl *r, struct round *rd)
+static int decoder_grow(struct repl *r, struct peer *p)
 {
+    struct round *rd = &p->round;
     size_t cap = rd->dec_cap ? rd->dec_cap * 4 : DECODER_FIRST;
     if (cap > r->o.max_symbols)
         cap = r->o.max_symbols;
@@ -192,6 +212,9 @@ static int decoder_grow(struct repl *r, struct round *rd)
     riblt_decoder_destroy(rd->dec);
     rd->dec = d;
     rd->dec_cap = cap;
+    PST_SET(&p->st, decoder_symbols, cap);
+    if (cap > DECODER_FIRST)
+        PST_ADD(&p->st, decoders_grown, 1);
     return 0;
 }
 
@@ -358,7 +381,7 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
         int rc = rd->dec ? riblt_decoder_add_diff(rd->dec, d) : RIBLT_ERR_FULL;
         if (rc == RIBLT_ERR_FULL) {
             rd->ndiffs--; /* refed below with the others */
-            if (decoder_grow(r, rd) != 0)
+            if (decoder_grow(r, p) != 0)
                 return -1;
             rd->ndiffs++;
             rc = riblt_decoder_add_diff(rd->dec, d);

@@ -166,6 +166,16 @@ class CatchUp(unittest.TestCase):
                 lambda: all(int(n.repl_stats()["encoder_spares_freed"]) > 0
                             for n in walkers), 15, interval=0.5),
                 [n.repl_stats()["encoder_spares_freed"] for n in walkers])
+            # So is a decoder a round grew for this difference (tens of
+            # MiB): every peer's round state is back to the first size.
+            grown = sum(repl_sum(n.repl_stats(), "decoders_grown")
+                        for n in cl.nodes)
+            print("decoders grown: %d" % grown)
+            self.assertGreater(grown, 0)
+            held = [int(v) for n in cl.nodes
+                    for k, v in n.repl_stats().items()
+                    if k.endswith(":decoder_symbols")]
+            self.assertTrue(held and max(held) <= 8192, held)
 
 
 if __name__ == "__main__":
