@@ -830,6 +830,17 @@ static void start(void)
             (unsigned)ws.nthreads);
     }
 
+    /* The signals are ours before the first client can connect: a SIGHUP
+     * sent once the port answers (a reload right after start) would
+     * otherwise find it still ignored, as it is until here. */
+    d.ev_term = evsignal_new(d.base, SIGTERM, signal_cb, NULL);
+    d.ev_int = evsignal_new(d.base, SIGINT, signal_cb, NULL);
+    d.ev_hup = evsignal_new(d.base, SIGHUP, hup_cb, NULL);
+    if (d.ev_term == NULL || d.ev_int == NULL || d.ev_hup == NULL ||
+        event_add(d.ev_term, NULL) != 0 || event_add(d.ev_int, NULL) != 0 ||
+        event_add(d.ev_hup, NULL) != 0) {
+        die(EXIT_STARTUP, "cannot set up the main event loop");
+    }
     if (d.opts.domain_socket != NULL) {
         listen_unix();
     } else {
@@ -841,17 +852,12 @@ static void start(void)
     STATS_CONN_SET(accepting_conns, 1);
 
     struct timeval one = {1, 0};
-    d.ev_term = evsignal_new(d.base, SIGTERM, signal_cb, NULL);
-    d.ev_int = evsignal_new(d.base, SIGINT, signal_cb, NULL);
-    d.ev_hup = evsignal_new(d.base, SIGHUP, hup_cb, NULL);
     d.ev_tick = event_new(d.base, -1, EV_PERSIST, tick_cb, NULL);
     d.ev_shutdown = event_new(d.base, d.shutdown_pipe[0], EV_READ | EV_PERSIST,
                               shutdown_cb, NULL);
     d.ev_relisten = evtimer_new(d.base, relisten_cb, NULL);
-    if (d.ev_term == NULL || d.ev_int == NULL || d.ev_hup == NULL ||
-        d.ev_tick == NULL || d.ev_shutdown == NULL || d.ev_relisten == NULL ||
-        event_add(d.ev_term, NULL) != 0 || event_add(d.ev_int, NULL) != 0 ||
-        event_add(d.ev_hup, NULL) != 0 || event_add(d.ev_tick, &one) != 0 ||
+    if (d.ev_tick == NULL || d.ev_shutdown == NULL || d.ev_relisten == NULL ||
+        event_add(d.ev_tick, &one) != 0 ||
         event_add(d.ev_shutdown, NULL) != 0) {
         die(EXIT_STARTUP, "cannot set up the main event loop");
     }
