@@ -2,10 +2,16 @@
  * conn.c -- the connection state machine (see conn.h).
  *
  * Sockets are driven with raw events and evbuffers rather than
- * bufferevents: one readv per chunk straight into the input buffer's free
- * space, the parser appends replies (values by reference) to the output
- * buffer, and the batch leaves in one writev. Nothing is allocated per
- * request by this layer; connection structures are recycled.
+ * bufferevents. A text connection whose input buffer is empty reads into
+ * its worker's memory, which is lent to the parser (proto.h): a request
+ * that arrives whole is parsed there, and replies the parser leaves in the
+ * worker's reply memory go out in one write when nothing is queued before
+ * them. So a request that fits one read and one write allocates nothing in
+ * this layer. Otherwise (a request split across reads, a reply the socket
+ * does not take at once, values sent by reference, binary and TLS
+ * connections) bytes go through the connection's evbuffers: one readv per
+ * chunk into the input buffer's free space, replies appended to the output
+ * buffer, the batch out in one writev. Connection structures are recycled.
  */
 #include "conn.h"
 
@@ -119,6 +125,10 @@ int conn_env_init(conn_env *env)
     env->idle_kicks = 0;
     env->relays = NULL;
     env->tls_wbuf = NULL;
+    /* One block for both; without it nothing is lent. */
+    env->in_flat = malloc(CONN_READ_CHUNK + PROTO_OUT_FLAT);
+    env->out_flat =
+        env->in_flat != NULL ? env->in_flat + CONN_READ_CHUNK : NULL;
     return CONN_OK;
 }
 
@@ -409,6 +419,25 @@ static ssize_t read_chunk(conn *c, size_t want)
     return r;
 }
 
+/* A read may go to the worker's memory (lent to the parser): a plain
+ * text connection (or one whose parser is not known yet) with nothing
+ * kept in its input buffer. */
+static bool can_lend(const conn *c)
+{
+    return c->env->in_flat != NULL && c->tls == NULL &&
+           c->parser != PARSER_BIN && evbuffer_get_length(c->in) == 0;
+}
+
+/* One read into the worker's memory; returns like read_chunk. */
+static ssize_t read_lent(conn *c)
+{
+    ssize_t r;
+    do {
+        r = read(c->fd, c->env->in_flat, CONN_READ_CHUNK);
+    } while (r < 0 && errno == EINTR);
+    return r;
+}
+
 /* (Re)arms the read event: with a poll timeout while the parser streams. */
 static int rev_add(conn *c)
 {
@@ -416,25 +445,85 @@ static int rev_add(conn *c)
     return event_add(&c->rev, c->idle_stream ? &poll_tv : NULL);
 }
 
-/* Runs the connection's parser over c->in. Returns a PROTO_* code. */
-static int run_parser(conn *c)
+/*
+ * Replies the parser left in the worker's memory: written at once when
+ * nothing is queued before them, and what the socket did not take (or all
+ * of them, behind queued replies) copied to c->out, as that memory serves
+ * the next connection. A failed write leaves them all to c->out, where
+ * flush_out meets the error. Returns false without memory for them.
+ */
+static bool settle_out(conn *c)
 {
+    size_t n = c->ctx.out_flat_len;
+    const char *p = c->env->out_flat;
+    c->ctx.out_flat_len = 0;
+    if (n == 0) {
+        return true;
+    }
+    if (evbuffer_get_length(c->out) == 0) {
+        ssize_t w;
+        do {
+            w = write(c->fd, p, n);
+        } while (w < 0 && errno == EINTR);
+        if (w > 0) {
+            STATS_ADD(c->env->stats, bytes_written, (uint64_t)w);
+            touch(c);
+            p += w;
+            n -= (size_t)w;
+        }
+    }
+    return n == 0 || evbuffer_add(c->out, p, n) == 0;
+}
+
+/*
+ * Runs the connection's parser over c->in, or over the `lent` bytes read
+ * into the worker's memory (c->in is then empty). Returns a PROTO_* code.
+ */
+static int run_parser(conn *c, size_t lent)
+{
+    conn_env *env = c->env;
     /* A paused parser may have work left without input (a long dump). */
-    if (evbuffer_get_length(c->in) == 0 && !c->paused && !c->idle_stream) {
+    if (lent == 0 && evbuffer_get_length(c->in) == 0 && !c->paused &&
+        !c->idle_stream) {
         return PROTO_OK;
     }
     if (c->parser == PARSER_UNKNOWN) {
         unsigned char first = 0;
-        evbuffer_copyout(c->in, &first, 1);
+        if (lent > 0) {
+            first = (unsigned char)env->in_flat[0];
+        } else {
+            evbuffer_copyout(c->in, &first, 1);
+        }
         c->parser = first == 0x80 ? PARSER_BIN : PARSER_TEXT;
     }
+    if (lent > 0 && c->parser != PARSER_TEXT) {
+        /* only the text parser borrows: the bytes become the conn's */
+        if (evbuffer_add(c->in, env->in_flat, lent) != 0) {
+            return PROTO_CLOSE;
+        }
+        lent = 0;
+    }
     set_state(c, CONN_PARSING);
-    int rc = c->parser == PARSER_BIN
-                 ? proto_bin_execute(&c->ctx, c->in, c->out)
-                 : proto_text_execute(&c->ctx, c->in, c->out);
+    int rc;
+    if (c->parser == PARSER_BIN) {
+        rc = proto_bin_execute(&c->ctx, c->in, c->out);
+    } else {
+        c->ctx.in_flat = lent > 0 ? env->in_flat : NULL;
+        c->ctx.in_flat_len = lent;
+        c->ctx.out_flat = c->tls == NULL ? env->out_flat : NULL;
+        c->ctx.out_flat_cap = c->ctx.out_flat != NULL ? PROTO_OUT_FLAT : 0;
+        rc = proto_text_execute(&c->ctx, c->in, c->out);
+        c->ctx.in_flat = NULL;
+        c->ctx.in_flat_len = 0;
+        c->ctx.out_flat = NULL;
+        c->ctx.out_flat_cap = 0;
+        if (!settle_out(c)) {
+            rc = PROTO_CLOSE;
+        }
+    }
     set_state(c, c->ctx.mid_request ? CONN_NREAD : CONN_WAITING);
     if (c->ctx.yielded) {
-        __atomic_fetch_add(&c->env->conn_yields, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&env->conn_yields, 1, __ATOMIC_RELAXED);
     }
     return rc;
 }
@@ -588,6 +677,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     conn *c = arg;
     conn_env *env = c->env;
     size_t got = 0;
+    size_t lent = 0; /* bytes of the last read left in worker memory */
     bool eof = false;
     unsigned reads = 0;
 
@@ -596,7 +686,8 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     /* A parser that stopped with requests (or a dump) left goes on first:
      * input is read only once it has caught up, so it stays bounded. */
     while (!c->paused && reads < env->reqs_per_event) {
-        ssize_t r = read_chunk(c, CONN_READ_CHUNK);
+        bool borrow = reads == 0 && can_lend(c);
+        ssize_t r = borrow ? read_lent(c) : read_chunk(c, CONN_READ_CHUNK);
         if (r > 0) {
             got += (size_t)r;
             reads++;
@@ -604,7 +695,14 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
              * still hold the tail of a record the socket won't signal. */
             if ((size_t)r < CONN_READ_CHUNK &&
                 (c->tls == NULL || !tls_conn_pending(c->tls))) {
+                lent = borrow ? (size_t)r : 0;
                 break;
+            }
+            /* More is coming: the bytes become the connection's. */
+            if (borrow && evbuffer_add(c->in, env->in_flat, (size_t)r) != 0) {
+                STATS_ADD(env->stats, bytes_read, got);
+                conn_close(c);
+                return;
             }
             continue;
         }
@@ -630,7 +728,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
         touch(c);
     }
 
-    after_parse(c, run_parser(c), eof);
+    after_parse(c, run_parser(c, lent), eof);
     if (!flush_out(c)) {
         return;
     }
@@ -686,7 +784,7 @@ static void relay_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (c->relay_blocked && c->closing_since == 0) {
         c->relay_blocked = false;
-        after_parse(c, run_parser(c), false);
+        after_parse(c, run_parser(c, 0), false);
     }
     flush_out(c);
 }
@@ -755,6 +853,9 @@ void conn_env_destroy(conn_env *env)
     }
     free(env->tls_wbuf);
     env->tls_wbuf = NULL;
+    free(env->in_flat);
+    env->in_flat = NULL;
+    env->out_flat = NULL;
     /* Last: the connections above have let go of their relays. */
     proxy_pool_destroy(env->relays);
     env->relays = NULL;

@@ -74,9 +74,12 @@ typedef struct conn_env {
     uint64_t idle_kicks;
     struct proxy_pool *relays; /* upstreams of relayed requests, or NULL */
     char *tls_wbuf;            /* tls_wbuf_size bytes, once a TLS conn came */
+    char *in_flat;  /* memory lent to the text parser (proto.h): input */
+    char *out_flat; /* and replies; NULL: nothing is lent */
 } conn_env;
 
-/* Initializes the private part of env. Returns 0. */
+/* Initializes the private part of env. Returns 0 (without memory to lend
+ * the parser, connections use their own buffers only). */
 int conn_env_init(conn_env *env);
 
 /* Closes every connection (a last non-blocking flush first) and frees the

@@ -13,6 +13,16 @@
  * and calls it again whenever more bytes arrive, or when `out` drained
  * after a parser stopped at cfg->output_max with requests still in `in`.
  *
+ * Worker memory (proto_ctx's in_flat and out_flat, text parser only): a
+ * request that arrives whole in one read needs no buffer of its own. The
+ * connection layer reads into its worker's memory and, when `in` is empty,
+ * lends those bytes to the parser as its input; the parser appends what it
+ * did not consume to `in` before it returns. Replies the parser leaves in
+ * out_flat (out_flat_len bytes) come after everything in `out`; the
+ * connection writes them before it lends that memory to another
+ * connection. A parser that ignores both (binary, tests, fuzz targets
+ * that do not set them) works on `in` and `out` alone.
+ *
  * Types and constants only, with no .c behind it, so that the parsers can
  * share it without depending on one another. proto_ctx_cleanup, which has
  * to reach every parser, is in proto_ctx.h, above them.
@@ -30,6 +40,9 @@
 
 #include "stats.h"
 #include "store.h"
+
+/* Size of the reply memory a worker lends (proto_ctx.out_flat). */
+#define PROTO_OUT_FLAT 8192
 
 /* Results of a parser's execute call. */
 enum proto_rc {
@@ -134,6 +147,13 @@ typedef struct proto_ctx {
     struct proxy_pool *relays; /* the worker's upstream pool, or NULL */
     void *relay_owner;         /* the connection, for the pool's wake-up */
     void *proxy;               /* proxy's per-connection state */
+    /* Worker memory lent for one call (see the top of this file); NULL
+     * and 0 when not lent. */
+    const char *in_flat;
+    size_t in_flat_len;
+    char *out_flat;
+    size_t out_flat_cap; /* at least PROTO_OUT_FLAT when lent */
+    size_t out_flat_len; /* set by the parser */
 } proto_ctx;
 
 #endif /* PROTO_H */

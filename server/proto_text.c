@@ -75,9 +75,9 @@ void pt_out_flush(pt_out *o)
 
 void pt_out_put(pt_out *o, const void *p, size_t n)
 {
-    if (n > sizeof(o->buf) - o->n) {
+    if (n > PT_OUTBUF - o->n) {
         pt_out_flush(o);
-        if (n > sizeof(o->buf)) {
+        if (n > PT_OUTBUF) {
             evbuffer_add(o->ev, p, n);
             return;
         }
@@ -89,7 +89,7 @@ void pt_out_put(pt_out *o, const void *p, size_t n)
 /* Returns room for n (<= PT_OUTBUF) bytes; out_commit says how many. */
 char *pt_out_reserve(pt_out *o, size_t n)
 {
-    if (n > sizeof(o->buf) - o->n)
+    if (n > PT_OUTBUF - o->n)
         pt_out_flush(o);
     return o->buf + o->n;
 }
@@ -2030,12 +2030,15 @@ void proto_text_free(proto_ctx *ctx)
     ctx->text = NULL;
 }
 
-/* A contiguous view of the front of the input buffer. */
+/* A contiguous view of the front of the input: the input buffer's first
+ * piece or, while `flat`, the whole of the worker memory lent as input
+ * (proto.h). */
 typedef struct pt_view {
     struct evbuffer *in;
     const char *base; /* start of the view (the buffer's first byte) */
     size_t len;       /* bytes in the view */
     size_t off;       /* bytes of the view consumed, not yet drained */
+    bool flat;        /* the view is lent memory; `in` is empty */
 } pt_view;
 
 static void view_peek(pt_view *v)
@@ -2053,10 +2056,15 @@ static void view_peek(pt_view *v)
 
 static void view_drain(pt_view *v)
 {
-    if (v->off) {
+    if (v->off == 0)
+        return;
+    if (v->flat) {
+        v->base += v->off;
+        v->len -= v->off;
+    } else {
         evbuffer_drain(v->in, v->off);
-        v->off = 0;
     }
+    v->off = 0;
 }
 
 /*
@@ -2066,6 +2074,8 @@ static void view_drain(pt_view *v)
 static size_t view_grow(pt_view *v, size_t need)
 {
     view_drain(v);
+    if (v->flat)
+        return v->len; /* lent memory is contiguous: all there is */
     size_t total = evbuffer_get_length(v->in);
     if (need > total)
         need = total;
@@ -2077,7 +2087,46 @@ static size_t view_grow(pt_view *v, size_t need)
 
 static size_t view_total(pt_view *v)
 {
+    if (v->flat)
+        return v->len - v->off;
     return evbuffer_get_length(v->in) - v->off;
+}
+
+/* Starts the view on the lent input, or on `in` when nothing is lent.
+ * Returns -1 when lent bytes could not be kept (no memory). */
+static int view_start(pt_view *v, proto_ctx *ctx)
+{
+    const char *lent = ctx->in_flat;
+    size_t n = ctx->in_flat_len;
+    ctx->in_flat = NULL;
+    ctx->in_flat_len = 0;
+    v->flat = false;
+    if (lent != NULL && n > 0) {
+        if (evbuffer_get_length(v->in) == 0) {
+            v->flat = true;
+            v->base = lent;
+            v->len = n;
+            v->off = 0;
+            return 0;
+        }
+        /* behind input already kept: keep these too (proto.h) */
+        if (evbuffer_add(v->in, lent, n) != 0)
+            return -1;
+    }
+    view_peek(v);
+    return 0;
+}
+
+/* Consumed bytes leave the view; lent bytes not consumed go to `in`, as
+ * the caller's memory is not ours after the call. Returns -1 when they
+ * could not (no memory). */
+static int view_end(pt_view *v)
+{
+    view_drain(v);
+    if (!v->flat || v->len == 0)
+        return 0;
+    v->flat = false;
+    return evbuffer_add(v->in, v->base, v->len);
 }
 
 int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
@@ -2090,19 +2139,22 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
         ctx->cfg->max_line ? ctx->cfg->max_line : PT_DEFAULT_MAX_LINE;
     int rc = PROTO_OK;
 
-    if (st == NULL) {
+    ctx->out_flat_len = 0;
+    if (st == NULL || view_start(&v, ctx) != 0) {
         evbuffer_add(out, "SERVER_ERROR out of memory\r\n", 28);
         return PROTO_CLOSE;
     }
     o.ev = out;
     o.base = out;
     o.n = 0;
+    o.buf = o.own;
+    if (ctx->out_flat != NULL && ctx->out_flat_cap >= PT_OUTBUF)
+        o.buf = ctx->out_flat;
     if (ctx->proxy != NULL)
         o.ev = proxy_out(ctx, out); /* behind the replies in flight */
     unsigned reqs = 0;
     ctx->yielded = false;
     ctx->mid_request = false;
-    view_peek(&v);
     for (;;) {
         if (st->dump != PT_DUMP_NONE) {
             /* a dump or watch started by an earlier request goes on */
@@ -2228,7 +2280,13 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
         }
         v.off += linesz + (size_t)used;
     }
-    view_drain(&v);
-    pt_out_flush(&o);
+    if (view_end(&v) != 0) {
+        OUT_LIT(&o, "SERVER_ERROR out of memory\r\n");
+        rc = PROTO_CLOSE;
+    }
+    if (o.buf == ctx->out_flat && o.ev == out)
+        ctx->out_flat_len = o.n; /* the last replies stay where they are */
+    else
+        pt_out_flush(&o);
     return rc;
 }

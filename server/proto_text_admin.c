@@ -248,6 +248,7 @@ int pt_cmd_stats(pt_req *r, int arg)
     }
     side->ev = evbuffer_new();
     side->n = 0;
+    side->buf = side->own;
     if (side->ev == NULL) {
         free(side);
         REPLY(r, "SERVER_ERROR out of memory writing stats");

@@ -25,7 +25,7 @@
 #define PT_META_MAX_TOKENS 20 /* same count, for meta flags */
 #define PT_OPAQUE_MAX 32
 #define PT_COPY_MAX 256 /* values below this are copied, not referenced */
-#define PT_OUTBUF 8192
+#define PT_OUTBUF PROTO_OUT_FLAT
 #define PT_DEFAULT_MAX_LINE 2048
 #define PT_LINE_MAX 1024 /* longest reply line we build (meta) */
 #define PT_VERBOSITY_MAX 2
@@ -65,13 +65,15 @@ typedef struct pt_state {
 
 /* ---------------------------------------------------------- the writer */
 
-/* Replies are collected in buf and handed to ev in large pieces. */
+/* Replies are collected in buf and handed to ev in large pieces; the
+ * last piece may stay in the worker's memory (proto_ctx.out_flat). */
 typedef struct pt_out {
     struct evbuffer *ev;   /* where replies go now */
     struct evbuffer *base; /* the connection's output (ev differs while
                               relayed requests are in flight) */
     size_t n;
-    char buf[PT_OUTBUF];
+    char *buf; /* PT_OUTBUF bytes: own, or the worker's */
+    char own[PT_OUTBUF];
 } pt_out;
 
 void pt_out_flush(pt_out *o);

@@ -71,7 +71,7 @@ static void drain(struct evbuffer *out, size_t keep)
 }
 
 int fuzz_feed_run(fuzz_feed_exec_fn exec, const uint8_t *data, size_t size,
-                  uint8_t sep, bool sasl)
+                  uint8_t sep, bool sasl, bool lend)
 {
     store_options so;
     proto_config cfg;
@@ -106,20 +106,46 @@ int fuzz_feed_run(fuzz_feed_exec_fn exec, const uint8_t *data, size_t size,
     if (in == NULL || out == NULL) {
         abort();
     }
+    char *rbuf = lend ? malloc(PROTO_OUT_FLAT) : NULL;
+    if (lend && rbuf == NULL) {
+        abort();
+    }
     size_t start = 0;
+    unsigned piece = 0;
     for (size_t i = 0; i <= size; i++) {
         if (i < size && data[i] != sep) {
             continue;
         }
-        if (i > start) {
-            evbuffer_add(in, data + start, i - start);
+        size_t k = i - start;
+        char *lent = NULL;
+        if (lend && piece++ % 2 == 1 && k > 0 &&
+            evbuffer_get_length(in) == 0) {
+            lent = malloc(k);
+            if (lent == NULL) {
+                abort();
+            }
+            memcpy(lent, data + start, k);
+            ctx.in_flat = lent;
+            ctx.in_flat_len = k;
+        } else if (k > 0) {
+            evbuffer_add(in, data + start, k);
         }
         start = i + 1;
-        size_t before = evbuffer_get_length(in);
+        ctx.out_flat = rbuf;
+        ctx.out_flat_cap = rbuf != NULL ? PROTO_OUT_FLAT : 0;
+        size_t before = evbuffer_get_length(in) + (lent != NULL ? k : 0);
         int rc = exec(&ctx, in, out);
-        if (evbuffer_get_length(in) > before) {
-            abort(); /* a parser only consumes */
+        free(lent);
+        if (evbuffer_get_length(in) > before || ctx.in_flat != NULL ||
+            ctx.out_flat_len > ctx.out_flat_cap) {
+            abort(); /* a parser only consumes, and takes what is lent */
         }
+        if (ctx.out_flat_len > 0) {
+            evbuffer_add(out, rbuf, ctx.out_flat_len);
+            ctx.out_flat_len = 0;
+        }
+        ctx.out_flat = NULL;
+        ctx.out_flat_cap = 0;
         if (rc == PROTO_CLOSE || rc == PROTO_SHUTDOWN ||
             rc == PROTO_CLOSE_ERROR) {
             break;
@@ -129,6 +155,7 @@ int fuzz_feed_run(fuzz_feed_exec_fn exec, const uint8_t *data, size_t size,
         }
         drain(out, FUZZ_OUT_DRAIN);
     }
+    free(rbuf);
     evbuffer_free(in);
     evbuffer_free(out);
     proto_ctx_cleanup(&ctx);

@@ -26,11 +26,15 @@ typedef int (*fuzz_feed_exec_fn)(proto_ctx *ctx, struct evbuffer *in,
  * exec, as if it had arrived in its own read. Replies are drained as a
  * client would read them. Stops after PROTO_CLOSE or PROTO_SHUTDOWN. When
  * sasl is true the config requires SASL PLAIN (user "fuzz", password
- * "secret") and the connection starts unauthenticated. Aborts when the
- * parser breaks its contract (a return code outside PROTO_*, or bytes added
- * to its input). Returns 0.
+ * "secret") and the connection starts unauthenticated. When lend is true
+ * (the text parser), every other piece that arrives while the input buffer
+ * is empty is lent as the worker's memory instead (proto.h: a malloc'd copy,
+ * freed after the call), and replies go to lent reply memory too. Aborts
+ * when the parser breaks its contract (a return code outside PROTO_*, bytes
+ * added to its input beyond a lent piece, lent input not taken, or lent
+ * replies beyond the lent memory). Returns 0.
  */
 int fuzz_feed_run(fuzz_feed_exec_fn exec, const uint8_t *data, size_t size,
-                  uint8_t sep, bool sasl);
+                  uint8_t sep, bool sasl, bool lend);
 
 #endif /* FUZZ_FEED_H */

@@ -19,5 +19,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     return fuzz_feed_run(proto_bin_execute, data + 2, size - 2, data[1],
-                         (data[0] & 1) != 0);
+                         (data[0] & 1) != 0, false);
 }

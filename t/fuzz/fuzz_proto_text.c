@@ -19,5 +19,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     return fuzz_feed_run(proto_text_execute, data + 1, size - 1, data[0],
-                         false);
+                         false, true);
 }

@@ -427,6 +427,16 @@ START_TEST(test_meta_pipeline_split)
                       got);
         ck_assert_uint_eq(left_in, 0);
         free(got);
+        /* the same pieces through the worker's memory */
+        teardown();
+        setup();
+        size_t lent;
+        got = run_lent(req, sizeof(req) - 1, steps[i], &n, &lent);
+        ck_assert_msg(strcmp(got, want) == 0, "lent, step %zu: got %s",
+                      steps[i], got);
+        ck_assert_uint_eq(left_in, 0);
+        ck_assert_uint_gt(lent, 0);
+        free(got);
     }
 }
 END_TEST

@@ -661,7 +661,60 @@ START_TEST(test_pipeline_split_equivalence)
         ck_assert_msg(strcmp(got, w) == 0, "step %zu: got %s", steps[i], got);
         ck_assert_uint_eq(left_in, 0);
         free(got);
+        /* the same pieces through the worker's memory */
+        teardown();
+        setup();
+        size_t lent;
+        got = run_lent(req, sizeof(req) - 1, steps[i], &n, &lent);
+        snprintf(w, sizeof(w), want, cas_of("m"));
+        ck_assert_msg(strcmp(got, w) == 0, "lent, step %zu: got %s", steps[i],
+                      got);
+        ck_assert_uint_eq(left_in, 0);
+        ck_assert_uint_gt(lent, 0);
+        free(got);
     }
+}
+END_TEST
+
+/* Lent input and reply memory (proto.h) beside the connection's buffers. */
+START_TEST(test_lent_memory)
+{
+    size_t n, lent;
+    /* a whole request: nothing kept, the reply all in the lent memory */
+    static const char whole[] = "set a 0 0 3\r\nabc\r\nget a\r\n";
+    char *got =
+        run_lent(whole, sizeof(whole) - 1, sizeof(whole) - 1, &n, &lent);
+    ck_assert_str_eq(got, "STORED\r\nVALUE a 0 3\r\nabc\r\nEND\r\n");
+    ck_assert_uint_eq(lent, n);
+    ck_assert_uint_eq(left_in, 0);
+    free(got);
+    /* a request cut short: its head is kept in `in` */
+    got = run_lent("set b 0 0 5\r\nab", 16, 16, &n, &lent);
+    ck_assert_str_eq(got, "");
+    ck_assert_uint_eq(left_in, 16);
+    free(got);
+    /* a value sent by reference: the head before it goes to `out`, the
+     * tail after it stays lent, and together they read in order */
+    char big[3000 + 64];
+    int h = sprintf(big, "set c 0 0 3000\r\n");
+    memset(big + h, 'v', 3000);
+    memcpy(big + h + 3000, "\r\nget c\r\n", 9);
+    got = run_lent(big, (size_t)h + 3009, (size_t)h + 3009, &n, &lent);
+    ck_assert_uint_eq(n, 8 + 16 + 3000 + 2 + 5);
+    ck_assert(memcmp(got, "STORED\r\nVALUE c 0 3000\r\nvvv", 27) == 0);
+    ck_assert(memcmp(got + n - 8, "v\r\nEND\r\n", 8) == 0);
+    ck_assert_uint_eq(lent, 7);
+    free(got);
+    /* replies beyond the lent memory: the first ones go to `out` */
+    char many[600 * 9];
+    for (int i = 0; i < 600; i++)
+        memcpy(many + i * 9, "version\r\n", 9);
+    got = run_lent(many, sizeof(many), sizeof(many), &n, &lent);
+    ck_assert_uint_eq(n, 600 * 21);
+    ck_assert_uint_lt(lent, n);
+    for (int i = 0; i < 600; i++)
+        ck_assert(memcmp(got + i * 21, "VERSION 1.6.99-test\r\n", 21) == 0);
+    free(got);
 }
 END_TEST
 
@@ -768,6 +821,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_stats);
     tcase_add_test(tc, test_quit_shutdown_http);
     tcase_add_test(tc, test_pipeline_split_equivalence);
+    tcase_add_test(tc, test_lent_memory);
     tcase_add_test(tc, test_nomem);
     tcase_add_test(tc, test_output_max_pauses_between_requests);
     suite_add_tcase(s, tc);

@@ -114,6 +114,58 @@ static char *run_split(const char *req, size_t n, size_t step, size_t *outlen)
     return s;
 }
 
+/*
+ * Feeds the request in pieces of `step` bytes as the connection layer does
+ * with its worker's memory (proto.h): a piece arriving while `in` is empty
+ * is lent (a malloc'd copy, freed and so unreadable after the call), any
+ * other goes into `in`; replies left in the lent reply memory are taken
+ * after those in `out`. *lent_out counts the reply bytes that came that way.
+ */
+static char *run_lent(const char *req, size_t n, size_t step, size_t *outlen,
+                      size_t *lent_out)
+{
+    struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
+    char *rbuf = malloc(PROTO_OUT_FLAT);
+    ck_assert_ptr_nonnull(rbuf);
+    *lent_out = 0;
+    for (size_t i = 0; i < n; i += step) {
+        size_t k = n - i < step ? n - i : step;
+        char *piece = NULL;
+        if (evbuffer_get_length(in) == 0) {
+            piece = malloc(k);
+            ck_assert_ptr_nonnull(piece);
+            memcpy(piece, req + i, k);
+            ctx.in_flat = piece;
+            ctx.in_flat_len = k;
+        } else {
+            evbuffer_add(in, req + i, k);
+        }
+        ctx.out_flat = rbuf;
+        ctx.out_flat_cap = PROTO_OUT_FLAT;
+        last_rc = proto_text_execute(&ctx, in, out);
+        ck_assert_ptr_null(ctx.in_flat); /* taken, whatever was consumed */
+        evbuffer_add(out, rbuf, ctx.out_flat_len);
+        *lent_out += ctx.out_flat_len;
+        ctx.out_flat = NULL;
+        ctx.out_flat_cap = 0;
+        ctx.out_flat_len = 0;
+        free(piece);
+        if (last_rc != PROTO_OK)
+            break;
+    }
+    left_in = evbuffer_get_length(in);
+    size_t len = evbuffer_get_length(out);
+    char *s = malloc(len + 1);
+    evbuffer_remove(out, s, len);
+    s[len] = '\0';
+    if (outlen)
+        *outlen = len;
+    free(rbuf);
+    evbuffer_free(in);
+    evbuffer_free(out);
+    return s;
+}
+
 static void expect_bytes(const char *req, size_t nreq, const char *want,
                          size_t nwant, int line)
 {
