@@ -164,6 +164,7 @@ static void store_view(store_stats *ss)
     STATS_SINCE(applied_remote)
     STATS_SINCE(stale_remote)
     STATS_SINCE(swept)
+    STATS_SINCE(sweep_checked)
     STATS_SINCE(dropped)
 #undef STATS_SINCE
     pthread_mutex_unlock(&reg.lock);
@@ -281,6 +282,9 @@ static void emit_general(stats_emit_fn emit, void *arg)
     emit_u64(emit, arg, "applied_remote", ss.applied_remote);
     emit_u64(emit, arg, "stale_remote", ss.stale_remote);
     emit_u64(emit, arg, "swept", ss.swept);
+    /* memcached's name: items the expiry sweep (its LRU crawler) looked
+     * at. It stays still while nothing held can expire. */
+    emit_u64(emit, arg, "crawler_items_checked", ss.sweep_checked);
     /* Mutations forgotten because this node stopped owning their
      * partition (replicas > 0). */
     emit_u64(emit, arg, "dropped", ss.dropped);

@@ -601,6 +601,8 @@ struct store {
     pthread_mutex_t sweep_lock; /* sweep and drop cursors */
     size_t sweep_stripe;
     uint64_t sweep_bucket;
+    uint64_t pass_began;  /* hybrid ticks when the sweep's pass began */
+    uint64_t flush_swept; /* the flush_at a whole pass has swept after */
     size_t drop_stripe;
     uint64_t drop_bucket;
 
@@ -610,7 +612,12 @@ struct store {
 
     _Atomic uint64_t curr_items, total_items, bytes, evictions,
         expired_unfetched, evicted_unfetched, reclaimed, tombstones,
-        applied_remote, stale_remote, swept, dropped, drops_written;
+        applied_remote, stale_remote, swept, dropped, drops_written,
+        sweep_checked;
+    /* Items that may die where they are (tombstones, values with an
+     * expiry): while there are none and no flush is left to sweep, the
+     * sweep has nothing to find in the key table and does not walk it. */
+    _Atomic uint64_t mortal;
 };
 
 /* One reading of the clocks, taken once per operation. */
@@ -1508,11 +1515,21 @@ static void item_access(store_item *it, const tnow *t, store_read_info *prev)
 
 /* ========================================================= accounting */
 
+/* An item that can die in the key table; fixed while it is linked, as an
+ * item's expiry field is (item_set_exptime). */
+static inline bool item_mortal(const store_item *it)
+{
+    return item_kind(it) == STORE_KIND_TOMBSTONE ||
+           (item_kind(it) == STORE_KIND_VALUE && (it->km & XEXP));
+}
+
 static void account_link(store *s, store_item *it)
 {
     size_t sz = item_size(it);
 
     atomic_fetch_add_explicit(&s->mem_used, sz, RELAXED);
+    if (item_mortal(it))
+        COUNT_ADD(s, mortal, 1);
     if (item_kind(it) == STORE_KIND_VALUE) {
         COUNT_ADD(s, curr_items, 1);
         COUNT_ADD(s, total_items, 1);
@@ -1527,6 +1544,8 @@ static void account_unlink(store *s, store_item *it)
     size_t sz = item_size(it);
 
     atomic_fetch_sub_explicit(&s->mem_used, sz, RELAXED);
+    if (item_mortal(it))
+        COUNT_SUB(s, mortal, 1);
     if (item_kind(it) == STORE_KIND_VALUE) {
         COUNT_SUB(s, curr_items, 1);
         COUNT_SUB(s, bytes, sz);
@@ -3447,21 +3466,41 @@ static bool rec_sweep_fn(void *arg, const evrec_entry *e)
 }
 
 /*
+ * Whether the key table may hold an item the sweep would remove: one that
+ * can die (item_mortal), or a flush whose time has come that no whole
+ * pass begun after it has swept. A store of values without expiry (and no
+ * flush) is not walked at all: nothing there can die, and walking it
+ * would cost a cache miss per item every second, busy or idle. Caller
+ * holds sweep_lock. The count is read without the stripe locks: an item
+ * linked meanwhile is found at the next call.
+ */
+static bool sweep_wanted(store *s, const tnow *t)
+{
+    if (atomic_load_explicit(&s->mortal, RELAXED) > 0)
+        return true;
+    uint64_t f = atomic_load_explicit(&s->flush_at, memory_order_acquire);
+    return f != 0 && f != s->flush_swept && t->peek >= f;
+}
+
+/*
  * Walks the key table from where the previous call stopped, removing dead
  * items, until it removed `budget` of them, visited about 8 * budget + 256
  * buckets, or came round once; then the record tables likewise from their
  * own cursors, with what is left of both bounds (at least a quarter of
  * the visits). One stripe lock at a time; concurrent sweeps take turns.
+ * The key table is skipped while nothing in it can die (sweep_wanted).
  */
 size_t store_sweep(store *s, size_t budget)
 {
-    size_t removed = 0, visits = 0, cap, stripes_left;
+    size_t removed = 0, visits = 0, checked = 0, cap, stripes_left;
+    tnow t0;
 
     if (s == NULL || budget == 0)
         return 0;
     cap = budget > (SIZE_MAX - 256) / 8 ? SIZE_MAX : budget * 8 + 256;
     pthread_mutex_lock(&s->sweep_lock);
-    stripes_left = s->nstripes + 1;
+    tnow_get(s, &t0);
+    stripes_left = sweep_wanted(s, &t0) ? s->nstripes + 1 : 0;
     while (stripes_left > 0 && removed < budget && visits < cap) {
         struct stripe *sp = &s->stripes[s->sweep_stripe];
         tnow t;
@@ -3474,6 +3513,7 @@ size_t store_sweep(store *s, size_t budget)
             while (*pp != NULL && removed < budget) {
                 store_item *it = *pp;
                 visits++;
+                checked++;
                 if (!item_dead(s, it, &t)) {
                     pp = &it->hnext;
                     continue;
@@ -3495,9 +3535,19 @@ size_t store_sweep(store *s, size_t budget)
             s->sweep_bucket = 0;
             s->sweep_stripe = (s->sweep_stripe + 1) & (s->nstripes - 1);
             stripes_left--;
+            if (s->sweep_stripe == 0) {
+                /* A whole pass: begun after a flush's time, it swept
+                 * every item that flush killed. */
+                uint64_t f =
+                    atomic_load_explicit(&s->flush_at, memory_order_acquire);
+                if (f != 0 && s->pass_began >= f)
+                    s->flush_swept = f;
+                s->pass_began = t.peek;
+            }
         }
         pthread_mutex_unlock(&sp->lock);
     }
+    COUNT_ADD(s, sweep_checked, checked);
     if (s->recs != NULL && removed < budget) {
         /* The records get what the key table left of the visits, and at
          * least a quarter of them: a key table larger than one call's
@@ -3697,6 +3747,7 @@ void store_get_stats(store *s, store_stats *out)
     out->applied_remote = atomic_load_explicit(&s->applied_remote, RELAXED);
     out->stale_remote = atomic_load_explicit(&s->stale_remote, RELAXED);
     out->swept = atomic_load_explicit(&s->swept, RELAXED);
+    out->sweep_checked = atomic_load_explicit(&s->sweep_checked, RELAXED);
     out->dropped = atomic_load_explicit(&s->dropped, RELAXED);
     out->hash_power_level = level;
     out->hash_bytes = table_bytes(s);

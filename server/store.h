@@ -579,6 +579,8 @@ size_t store_drop_partitions(store *s, const uint32_t *parts, size_t nparts,
  * Sweeps up to budget entries: tombstones and expired/flushed items past the
  * grace, and records of evicted values as the values would, and drops 60 s
  * after they were written, leave the key table, records, set and sketch.
+ * The key table is walked only while it holds something that can die (a
+ * tombstone, a value with an expiry) or a flush not yet swept after.
  * Returns how many went.
  */
 size_t store_sweep(store *s, size_t budget);
@@ -627,7 +629,8 @@ typedef struct store_stats {
     uint64_t applied_remote;  /* peer mutations accepted */
     uint64_t stale_remote;    /* peer mutations dropped as older */
     uint64_t swept;
-    uint64_t dropped; /* mutations forgotten by store_drop_partitions */
+    uint64_t sweep_checked; /* items the sweep looked at */
+    uint64_t dropped;       /* mutations forgotten by store_drop_partitions */
     uint64_t hash_power_level;
     uint64_t hash_bytes; /* the key table's buckets, counted in the limit */
     uint64_t item_page_bytes;  /* chunk.c's pages (process-wide) */

@@ -761,6 +761,66 @@ START_TEST(test_far_expiry_not_swept)
 }
 END_TEST
 
+/*
+ * The sweep walks the key table only while something there can die: a
+ * store of values without expiry is not walked; a value with an expiry, a
+ * tombstone and a flush each make it walk until what they killed is gone.
+ */
+START_TEST(test_sweep_walks_only_what_can_die)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    char k[16];
+    for (int i = 0; i < 100; i++) {
+        snprintf(k, sizeof(k), "k%d", i);
+        ck_assert_int_eq(set(s, k, "v"), STORE_STORED);
+    }
+    ck_assert_uint_eq(store_sweep(s, 1000), 0);
+    ck_assert_uint_eq(stats(s).sweep_checked, 0);
+
+    /* An expiring value: walked, swept once expired (and the grace gone
+     * by), then quiet again. */
+    ck_assert_int_eq(
+        wr(s, STORE_SET, "ttl", "v", 0, store_exptime_abs(s, 10), 0, NULL),
+        STORE_STORED);
+    ck_assert_uint_eq(store_sweep(s, 1000), 0);
+    uint64_t checked = stats(s).sweep_checked;
+    ck_assert_uint_ge(checked, 101);
+    advance(&c, 112);
+    ck_assert_uint_eq(store_sweep(s, 1000), 1);
+    checked = stats(s).sweep_checked;
+    ck_assert_uint_eq(store_sweep(s, 1000), 0);
+    ck_assert_uint_eq(stats(s).sweep_checked, checked);
+
+    /* A tombstone: walked until its grace ends and it is swept. */
+    ck_assert_int_eq(store_delete(s, "k0", 2, 0), STORE_DELETED);
+    ck_assert_uint_eq(store_sweep(s, 1000), 0);
+    ck_assert_uint_gt(stats(s).sweep_checked, checked);
+    advance(&c, 101);
+    ck_assert_uint_eq(store_sweep(s, 1000), 1);
+    checked = stats(s).sweep_checked;
+    ck_assert_uint_eq(store_sweep(s, 1000), 0);
+    ck_assert_uint_eq(stats(s).sweep_checked, checked);
+
+    /* A flush kills values without expiry: they are all swept, and once
+     * a whole pass begun after the flush has gone by, the walks stop. */
+    ck_assert_int_eq(store_flush_all(s, 0), STORE_OK);
+    advance(&c, 1);
+    size_t removed = 0;
+    for (int i = 0; i < 4; i++)
+        removed += store_sweep(s, 1000);
+    ck_assert_uint_eq(removed, 99);
+    ck_assert_uint_eq(stats(s).curr_items, 0);
+    checked = stats(s).sweep_checked;
+    ck_assert_uint_eq(store_sweep(s, 1000), 0);
+    ck_assert_uint_eq(stats(s).sweep_checked, checked);
+    /* A value written after the flush is not killed by it. */
+    ck_assert_int_eq(set(s, "after", "v"), STORE_STORED);
+    expect(s, "after", "v");
+    store_destroy(s);
+}
+END_TEST
+
 START_TEST(test_no_resurrection)
 {
     fake_clock c = {T0};
@@ -2646,6 +2706,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_threads_records);
     tcase_add_test(tc, test_far_expiry_not_swept);
+    tcase_add_test(tc, test_sweep_walks_only_what_can_die);
     tcase_add_test(tc, test_stale_marks);
     suite_add_tcase(s, tc);
     return s;
