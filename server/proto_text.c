@@ -140,10 +140,15 @@ static void release_item_cb(const void *data, size_t len, void *arg)
  * Appends the value of `it` followed by "\r\n". Takes over the caller's
  * reference to it: small values are copied and the item released, large
  * ones are referenced and released when the output buffer drops them.
+ * While replies collect in the worker's memory (proto.h) and nothing has
+ * gone to the output buffer yet, a value that fits there is copied too:
+ * the reply then leaves in one write, with no buffer pieces allocated and
+ * no reference kept, for one copy the kernel's would have made anyway.
  */
 static void out_value(pt_out *o, store_item *it, const char *v, size_t n)
 {
-    if (n < PT_COPY_MAX) {
+    if (n < PT_COPY_MAX || (o->buf != o->own && n + 2 <= PT_OUTBUF - o->n &&
+                            evbuffer_get_length(o->ev) == 0)) {
         char *p = pt_out_reserve(o, n + 2);
         p = pt_put_mem(p, v, n);
         p = PUT_LIT(p, "\r\n");

@@ -693,15 +693,35 @@ START_TEST(test_lent_memory)
     ck_assert_str_eq(got, "");
     ck_assert_uint_eq(left_in, 16);
     free(got);
-    /* a value sent by reference: the head before it goes to `out`, the
-     * tail after it stays lent, and together they read in order */
-    char big[3000 + 64];
+    /* a value that fits the lent reply memory is copied there: the whole
+     * reply stays lent */
+    char big[9000 + 64];
     int h = sprintf(big, "set c 0 0 3000\r\n");
     memset(big + h, 'v', 3000);
     memcpy(big + h + 3000, "\r\nget c\r\n", 9);
     got = run_lent(big, (size_t)h + 3009, (size_t)h + 3009, &n, &lent);
     ck_assert_uint_eq(n, 8 + 16 + 3000 + 2 + 5);
     ck_assert(memcmp(got, "STORED\r\nVALUE c 0 3000\r\nvvv", 27) == 0);
+    ck_assert(memcmp(got + n - 8, "v\r\nEND\r\n", 8) == 0);
+    ck_assert_uint_eq(lent, n);
+    free(got);
+    /* one that does not is sent by reference: the head before it goes to
+     * `out`, the tail after it stays lent, and together they read in
+     * order */
+    h = sprintf(big, "set d 0 0 9000\r\n");
+    memset(big + h, 'w', 9000);
+    memcpy(big + h + 9000, "\r\nget d\r\n", 9);
+    got = run_lent(big, (size_t)h + 9009, (size_t)h + 9009, &n, &lent);
+    ck_assert_uint_eq(n, 8 + 16 + 9000 + 2 + 5);
+    ck_assert(memcmp(got, "STORED\r\nVALUE d 0 9000\r\nwww", 27) == 0);
+    ck_assert(memcmp(got + n - 8, "w\r\nEND\r\n", 8) == 0);
+    ck_assert_uint_eq(lent, 7);
+    free(got);
+    /* behind replies already in `out`, a value that would fit is still
+     * referenced, so the lent memory never holds a copy it must move */
+    static const char two[] = "get d c\r\n";
+    got = run_lent(two, sizeof(two) - 1, sizeof(two) - 1, &n, &lent);
+    ck_assert_uint_eq(n, 16 + 9000 + 2 + 16 + 3000 + 2 + 5);
     ck_assert(memcmp(got + n - 8, "v\r\nEND\r\n", 8) == 0);
     ck_assert_uint_eq(lent, 7);
     free(got);
