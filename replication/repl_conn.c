@@ -351,6 +351,7 @@ static void conn_ready(void *arg, repl_link *l)
         /* Pushes go to it live from here; a resume covers the rest. */
         p->prev_link_seq = p->link_seq;
         p->link_seq = r->log.head;
+        p->lag_from = 0;
         if (was_down)
             LOG(LOG_LEVEL_WARN, "repl", "peer %s (node %u) up after %.1f s",
                 p->name, (unsigned)repl_link_peer_id(l),
@@ -400,13 +401,16 @@ static void conn_ready(void *arg, repl_link *l)
     repl_conn_send(c, REPL_MSG_INFO, (uint32_t)n);
 }
 
-/* The output drained to BULK_LOW_WATER: a bulk transfer goes on. */
+/* The output drained to BULK_LOW_WATER: a bulk transfer goes on, and a
+ * peer that fell behind is fed from the push log. */
 static void conn_writable(void *arg, repl_link *l)
 {
     struct conn *c = arg;
     (void)l;
     if (c->bulk_ids)
         repl_bulk_continue(c);
+    if (c->peer != NULL && c->peer->conn == c)
+        repl_push_catch_up(c->r, c->peer);
 }
 
 void repl_on_accept(struct evconnlistener *lis, evutil_socket_t fd,

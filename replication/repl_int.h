@@ -90,6 +90,7 @@ struct route;
     X(mutations_sent)                                                         \
     X(pushed)                                                                 \
     X(push_dropped)                                                           \
+    X(push_from_log)                                                          \
     X(bytes_sent)                                                             \
     X(bytes_recv)                                                             \
     X(connects)                                                               \
@@ -277,6 +278,10 @@ struct peer {
      * for the link before this one, and the peer's run then (repl_push.c,
      * resume). */
     uint64_t link_seq, prev_link_seq, peer_run;
+    /* Its link fell more than OUT_HIGH_WATER behind: from this push log
+     * seq on it is fed from the log as its output drains, in order, and
+     * gets no live push until it has caught up (0: live; repl_push.c). */
+    uint64_t lag_from;
     /* Its link came back while rounds waited for resumes: a round with it
      * is due when they end (on_quiet_end in repl.c); a due round the peer
      * answers busy (its own wait) is tried again soon, a few times. */
@@ -462,6 +467,7 @@ void repl_on_change(void *arg, store_item *it, bool origin_local);
 void repl_on_wake(evutil_socket_t fd, short what, void *arg);
 void repl_on_push_timer(evutil_socket_t fd, short what, void *arg);
 void repl_push_tick(struct repl *r);
+void repl_push_catch_up(struct repl *r, struct peer *p);
 /* The push log: set up (false without memory) and freed. */
 bool repl_pushlog_init(struct repl *r);
 void repl_pushlog_free(struct repl *r);

@@ -132,17 +132,39 @@ static void pushlog_add(struct pushlog *g, store_item *it)
 
 /*
  * Sends one MUTATIONS frame (at repl_payload_area) to every ready peer, or
- * only to `only` when it is not NULL; seq is the push log's number of its
- * last record (0 without a log).
+ * only to `only` when it is not NULL; first and seq are the push log's
+ * numbers of its first and last records (0 without a log).
+ *
+ * A live push (from_log false) skips a peer fed from the log; a peer
+ * whose link is more than OUT_HIGH_WATER behind starts being fed from the
+ * log at `first` (repl_push_catch_up), or, without a log, loses the push
+ * to the rounds. A frame from the log goes whatever the link holds: its
+ * sender checked before the batch.
  */
 static void push_frame(struct repl *r, size_t len, uint32_t count,
-                       struct peer *only, uint64_t seq)
+                       struct peer *only, uint64_t first, uint64_t seq,
+                       bool from_log)
 {
     for (int i = 0; i < r->npeers; i++) {
         struct peer *p = &r->peers[i];
         if (!repl_peer_ready(p) || (only && p != only))
             continue;
-        if (repl_link_output_length(p->conn->link) > OUT_HIGH_WATER) {
+        if (!from_log && p->lag_from != 0)
+            continue;
+        if (!from_log &&
+            repl_link_output_length(p->conn->link) > OUT_HIGH_WATER) {
+            if (first != 0) {
+                p->lag_from = first;
+                uint32_t held = 0;
+                if (log_limit_pass(&p->push_log, 10000, &held))
+                    LOG(LOG_LEVEL_INFO, "repl",
+                        "peer %s (node %u) is more than %u MiB behind: it "
+                        "is fed from the push log as it drains; %u more "
+                        "such lines since the last",
+                        p->name, (unsigned)p->node_id,
+                        (unsigned)(OUT_HIGH_WATER >> 20), (unsigned)held);
+                continue;
+            }
             PST_ADD(&p->st, push_dropped, count);
             uint32_t held = 0;
             if (log_limit_pass(&p->push_log, 10000, &held))
@@ -164,23 +186,26 @@ static void push_frame(struct repl *r, size_t len, uint32_t count,
         }
         repl_conn_send(p->conn, REPL_MSG_MUTATIONS, (uint32_t)len);
         PST_ADD(&p->st, pushed, count);
+        if (from_log)
+            PST_ADD(&p->st, push_from_log, count);
     }
 }
 
 /*
  * Pushes a batch of writes: to every peer (only NULL), or to one peer, the
  * items of partitions it owns (and the global one). seq0 is the push log's
- * number of batch[0], the others following it (0: no log).
+ * number of batch[0], the others following it (0: no log); from_log as
+ * push_frame's.
  */
 static void push_batch(struct repl *r, store_item **batch, size_t n,
-                       struct peer *only, uint64_t seq0)
+                       struct peer *only, uint64_t seq0, bool from_log)
 {
     size_t cap = repl_records_cap(r);
     uint8_t *q = repl_payload_area(r);
     size_t start = repl_wire_mutations_records_at(seq0 ? REPL_MUT_SEQ : 0);
     size_t len = start;
     uint32_t count = 0;
-    uint64_t last = 0;
+    uint64_t first = 0, last = 0;
     for (size_t i = 0; i < n; i++) {
         if (only) {
             uint32_t p = store_item_partition(r->s, batch[i]);
@@ -188,19 +213,54 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
                 continue;
         }
         if (len + REPL_WIRE_MUT_FIXED + 250 + r->o.item_size_max > cap) {
-            push_frame(r, len, count, only, last);
+            push_frame(r, len, count, only, first, last, from_log);
             len = start;
             count = 0;
         }
         store_mutation m;
         store_item_mutation(batch[i], &m);
         if (repl_put_mutation(q, cap, &len, &m)) {
-            count++;
+            if (count++ == 0)
+                first = seq0 ? seq0 + i : 0;
             last = seq0 ? seq0 + i : 0;
         }
     }
     if (count)
-        push_frame(r, len, count, only, last);
+        push_frame(r, len, count, only, first, last, from_log);
+}
+
+/*
+ * Feeds a peer that fell behind (lag_from) from the push log, in order,
+ * while its link holds at most OUT_HIGH_WATER; once it has everything the
+ * log holds, live pushes go to it again. What the log let go before it
+ * was sent is lost to the rounds (push_dropped), as without a log. Runs
+ * when the link drains (repl_conn.c), before each push and once a tick.
+ */
+void repl_push_catch_up(struct repl *r, struct peer *p)
+{
+    struct pushlog *g = &r->log;
+
+    if (p->lag_from == 0 || !repl_peer_ready(p))
+        return;
+    if (p->lag_from < g->tail) {
+        PST_ADD(&p->st, push_dropped, g->tail - p->lag_from);
+        p->lag_from = g->tail;
+    }
+    size_t cap = repl_records_cap(r);
+    if (!repl_scratch_fit(r, cap))
+        return;
+    while (p->lag_from < g->head &&
+           repl_link_output_length(p->conn->link) <= OUT_HIGH_WATER) {
+        store_item *batch[PUSH_BATCH];
+        size_t n = 0;
+        uint64_t q = p->lag_from;
+        while (n < PUSH_BATCH && q + n < g->head)
+            batch[n] = g->items[(q + n) & (g->cap - 1)], n++;
+        push_batch(r, batch, n, p, q, true);
+        p->lag_from = q + n;
+    }
+    if (p->lag_from >= g->head)
+        p->lag_from = 0; /* live from the next push on */
 }
 
 /* Sends everything queued, in batches of up to PUSH_BATCH writes. */
@@ -224,6 +284,10 @@ static void push_drain(struct repl *r)
         if (n == 0)
             break;
         total += n;
+        /* Peers fed from the log take what it holds first: caught up,
+         * they receive this batch live, in order. */
+        for (int i = 0; i < r->npeers; i++)
+            repl_push_catch_up(r, &r->peers[i]);
         uint64_t seq0 = 0;
         if (r->log.cap != 0) {
             seq0 = r->log.head;
@@ -231,12 +295,12 @@ static void push_drain(struct repl *r)
                 pushlog_add(&r->log, batch[i]);
         }
         if (!repl_partitioned(r)) {
-            push_batch(r, batch, n, NULL, seq0);
+            push_batch(r, batch, n, NULL, seq0, false);
         } else {
             /* Each peer gets the writes of the partitions it owns. */
             for (int i = 0; i < r->npeers; i++)
                 if (repl_peer_ready(&r->peers[i]))
-                    push_batch(r, batch, n, &r->peers[i], seq0);
+                    push_batch(r, batch, n, &r->peers[i], seq0, false);
         }
         for (size_t i = 0; i < n; i++)
             store_item_release(batch[i]);
@@ -315,6 +379,8 @@ void repl_on_push_timer(evutil_socket_t fd, short what, void *arg)
  */
 void repl_push_tick(struct repl *r)
 {
+    for (int i = 0; i < r->npeers; i++)
+        repl_push_catch_up(r, &r->peers[i]);
     uint64_t dropped = PST_GET(&r->st, push_queue_dropped);
     if (dropped == r->queue_dropped_logged)
         return;
@@ -468,7 +534,7 @@ static uint64_t resume_resend(struct repl *r, struct peer *p, uint64_t run,
         size_t n = 0;
         while (n < PUSH_BATCH && q + n < to)
             batch[n] = g->items[(q + n) & (g->cap - 1)], n++;
-        push_batch(r, batch, n, p, q);
+        push_batch(r, batch, n, p, q, true);
         q += n;
     }
     PST_ADD(&p->st, resumed, to - from);

@@ -317,7 +317,10 @@ static void write_replication(struct evbuffer *out, const struct listing *r)
         {"pushed", "ribltcache_pushed_total", "counter",
          "Fresh writes pushed to peers (one per peer)."},
         {"push_dropped", "ribltcache_push_dropped_total", "counter",
-         "Pushes skipped: the peer's connection was too far behind."},
+         "Pushes lost to rounds: the peer was too far behind for the "
+         "push log."},
+        {"push_from_log", "ribltcache_push_from_log_total", "counter",
+         "Writes sent to a peer that fell behind from the push log."},
     };
     for (size_t i = 0; i < sizeof(sums) / sizeof(sums[0]); i++) {
         head(out, sums[i].name, sums[i].type, sums[i].help);

@@ -178,5 +178,37 @@ class CatchUp(unittest.TestCase):
             self.assertTrue(held and max(held) <= 8192, held)
 
 
+    def test_lagging_peer_fed_from_the_push_log(self):
+        """A peer that stops reading falls more than the 16 MiB its link
+        may hold behind; the writes after that wait in the writer's push
+        log (large enough here) and reach it, in order, once it reads
+        again: none dropped, no reconnect and resume."""
+        n = 60000 if cluster.sanitized() else 250000
+        extra = {"maxbytes": "256m", "repl_backlog_kb": 131072}
+        with Cluster(2, extra=extra) as cl:
+            self.assertTrue(cl.wait_connected(), cl.logs())
+            connects = repl_sum(cl[0].repl_stats(), "connects")
+            os.kill(cl[1].pid, signal.SIGSTOP)
+            try:
+                keys = [b"lag:%09d" % i for i in range(n)]
+                pipelined_sets(cl[0].port, keys, VALUE)
+                time.sleep(1.0)  # the pushes leave the push queue
+            finally:
+                os.kill(cl[1].pid, signal.SIGCONT)
+            self.assertTrue(wait_until(
+                lambda: cl[1].curr_items() == n, 60, interval=0.2),
+                "%d of %d\n%s" % (cl[1].curr_items(), n, cl.logs()))
+            st = cl[0].repl_stats()
+            fetched = repl_sum(cl[1].repl_stats(), "mutations_fetched")
+            print("writer: pushed %d, from the log %d, dropped %d; the "
+                  "peer's rounds fetched %d" %
+                  (repl_sum(st, "pushed"), repl_sum(st, "push_from_log"),
+                   repl_sum(st, "push_dropped"), fetched), flush=True)
+            self.assertEqual(repl_sum(st, "push_dropped"), 0, st)
+            self.assertGreater(repl_sum(st, "push_from_log"), 0, st)
+            self.assertEqual(repl_sum(st, "resumed"), 0, st)
+            self.assertEqual(repl_sum(st, "connects"), connects, st)
+            self.assertEqual(count_present(cl[1].port, keys), n)
+
 if __name__ == "__main__":
     cluster.main()
