@@ -2,16 +2,18 @@
  * conn.c -- the connection state machine (see conn.h).
  *
  * Sockets are driven with raw events and evbuffers rather than
- * bufferevents. A text connection whose input buffer is empty reads into
- * its worker's memory, which is lent to the parser (proto.h): a request
- * that arrives whole is parsed there, and replies the parser leaves in the
- * worker's reply memory go out in one write when nothing is queued before
- * them. So a request that fits one read and one write allocates nothing in
- * this layer. Otherwise (a request split across reads, a reply the socket
- * does not take at once, values sent by reference, binary and TLS
- * connections) bytes go through the connection's evbuffers: one readv per
- * chunk into the input buffer's free space, replies appended to the output
- * buffer, the batch out in one writev. Connection structures are recycled.
+ * bufferevents. A connection whose input buffer is empty reads into its
+ * worker's memory. For a text connection that memory is lent to the
+ * parser (proto.h): a request that arrives whole is parsed there, and
+ * replies the parser leaves in the worker's reply memory go out in one
+ * write when nothing is queued before them, so a request that fits one
+ * read and one write allocates nothing in this layer. A binary connection
+ * gets the bytes by reference in its input buffer, and what its parser
+ * left of them is copied. Otherwise (a request split across reads, a reply
+ * the socket does not take at once, binary replies, TLS connections)
+ * bytes go through the connection's evbuffers: one readv per chunk into
+ * the input buffer's free space, replies appended to the output buffer,
+ * the batch out in one writev. Connection structures are recycled.
  */
 #include "conn.h"
 
@@ -419,13 +421,12 @@ static ssize_t read_chunk(conn *c, size_t want)
     return r;
 }
 
-/* A read may go to the worker's memory (lent to the parser): a plain
- * text connection (or one whose parser is not known yet) with nothing
+/* A read may go to the worker's memory: a plain connection with nothing
  * kept in its input buffer. */
 static bool can_lend(const conn *c)
 {
     return c->env->in_flat != NULL && c->tls == NULL &&
-           c->parser != PARSER_BIN && evbuffer_get_length(c->in) == 0;
+           evbuffer_get_length(c->in) == 0;
 }
 
 /* One read into the worker's memory; returns like read_chunk. */
@@ -496,17 +497,24 @@ static int run_parser(conn *c, size_t lent)
         }
         c->parser = first == 0x80 ? PARSER_BIN : PARSER_TEXT;
     }
-    if (lent > 0 && c->parser != PARSER_TEXT) {
-        /* only the text parser borrows: the bytes become the conn's */
-        if (evbuffer_add(c->in, env->in_flat, lent) != 0) {
-            return PROTO_CLOSE;
-        }
-        lent = 0;
-    }
     set_state(c, CONN_PARSING);
     int rc;
     if (c->parser == PARSER_BIN) {
+        /* The binary parser reads `in` only: the bytes are referenced
+         * there, not copied (no 16 KB block per read), and what it left
+         * of them is copied into a buffer of the connection's own. */
+        if (lent > 0 && evbuffer_add_reference(c->in, env->in_flat, lent, NULL,
+                                               NULL) != 0) {
+            return PROTO_CLOSE;
+        }
         rc = proto_bin_execute(&c->ctx, c->in, c->out);
+        size_t left = lent > 0 ? evbuffer_get_length(c->in) : 0;
+        if (left > 0) {
+            evbuffer_drain(c->in, left);
+            if (evbuffer_add(c->in, env->in_flat + (lent - left), left) != 0) {
+                rc = PROTO_CLOSE;
+            }
+        }
     } else {
         c->ctx.in_flat = lent > 0 ? env->in_flat : NULL;
         c->ctx.in_flat_len = lent;
