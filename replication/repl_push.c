@@ -230,6 +230,30 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
 }
 
 /*
+ * Sends p the log's writes from `from` up to `to`, in batches, from the
+ * log (push_frame's from_log); `paced` stops between batches once p's
+ * link holds more than OUT_HIGH_WATER. The caller made the scratch area
+ * fit (repl_scratch_fit). Returns where it stopped.
+ */
+static uint64_t log_send(struct repl *r, struct peer *p, uint64_t from,
+                         uint64_t to, bool paced)
+{
+    struct pushlog *g = &r->log;
+    uint64_t q = from;
+
+    while (q < to && (!paced || repl_link_output_length(p->conn->link) <=
+                                    OUT_HIGH_WATER)) {
+        store_item *batch[PUSH_BATCH];
+        size_t n = 0;
+        while (n < PUSH_BATCH && q + n < to)
+            batch[n] = g->items[(q + n) & (g->cap - 1)], n++;
+        push_batch(r, batch, n, p, q, true);
+        q += n;
+    }
+    return q;
+}
+
+/*
  * Feeds a peer that fell behind (lag_from) from the push log, in order,
  * while its link holds at most OUT_HIGH_WATER; once it has everything the
  * log holds, live pushes go to it again. What the log let go before it
@@ -246,19 +270,9 @@ void repl_push_catch_up(struct repl *r, struct peer *p)
         PST_ADD(&p->st, push_dropped, g->tail - p->lag_from);
         p->lag_from = g->tail;
     }
-    size_t cap = repl_records_cap(r);
-    if (!repl_scratch_fit(r, cap))
+    if (!repl_scratch_fit(r, repl_records_cap(r)))
         return;
-    while (p->lag_from < g->head &&
-           repl_link_output_length(p->conn->link) <= OUT_HIGH_WATER) {
-        store_item *batch[PUSH_BATCH];
-        size_t n = 0;
-        uint64_t q = p->lag_from;
-        while (n < PUSH_BATCH && q + n < g->head)
-            batch[n] = g->items[(q + n) & (g->cap - 1)], n++;
-        push_batch(r, batch, n, p, q, true);
-        p->lag_from = q + n;
-    }
+    p->lag_from = log_send(r, p, p->lag_from, g->head, true);
     if (p->lag_from >= g->head)
         p->lag_from = 0; /* live from the next push on */
 }
@@ -525,18 +539,10 @@ static uint64_t resume_resend(struct repl *r, struct peer *p, uint64_t run,
         PST_ADD(&p->st, resume_missed, 1);
         return 0;
     }
-    size_t cap = repl_records_cap(r);
-    if (!repl_scratch_fit(r, cap))
+    if (!repl_scratch_fit(r, repl_records_cap(r)))
         return 0;
     uint64_t to = p->link_seq;
-    for (uint64_t q = from; q < to;) {
-        store_item *batch[PUSH_BATCH];
-        size_t n = 0;
-        while (n < PUSH_BATCH && q + n < to)
-            batch[n] = g->items[(q + n) & (g->cap - 1)], n++;
-        push_batch(r, batch, n, p, q, true);
-        q += n;
-    }
+    log_send(r, p, from, to, false);
     PST_ADD(&p->st, resumed, to - from);
     LOG(LOG_LEVEL_INFO, "repl",
         "peer %s (node %u): resent %llu writes it missed from the push log",
