@@ -69,12 +69,10 @@ static void teardown(void)
 static size_t left_in;
 static int last_rc;
 
-/* Feeds n bytes in one call; returns the reply (NUL-terminated, malloc). */
-static char *run_n(const char *req, size_t n, size_t *outlen)
+/* Ends a run: the bytes left in `in`, and the reply (NUL-terminated,
+ * malloc) taken from `out`; frees both buffers. */
+static char *run_end(struct evbuffer *in, struct evbuffer *out, size_t *outlen)
 {
-    struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
-    evbuffer_add(in, req, n);
-    last_rc = proto_text_execute(&ctx, in, out);
     left_in = evbuffer_get_length(in);
     size_t len = evbuffer_get_length(out);
     char *s = malloc(len + 1);
@@ -85,6 +83,15 @@ static char *run_n(const char *req, size_t n, size_t *outlen)
     evbuffer_free(in);
     evbuffer_free(out);
     return s;
+}
+
+/* Feeds n bytes in one call; returns the reply (NUL-terminated, malloc). */
+static char *run_n(const char *req, size_t n, size_t *outlen)
+{
+    struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
+    evbuffer_add(in, req, n);
+    last_rc = proto_text_execute(&ctx, in, out);
+    return run_end(in, out, outlen);
 }
 
 /*
@@ -102,16 +109,7 @@ static char *run_split(const char *req, size_t n, size_t step, size_t *outlen)
             break;
     }
     /* the references point at req: consume what is left before return */
-    left_in = evbuffer_get_length(in);
-    size_t len = evbuffer_get_length(out);
-    char *s = malloc(len + 1);
-    evbuffer_remove(out, s, len);
-    s[len] = '\0';
-    if (outlen)
-        *outlen = len;
-    evbuffer_free(in);
-    evbuffer_free(out);
-    return s;
+    return run_end(in, out, outlen);
 }
 
 /*
@@ -153,17 +151,8 @@ static char *run_lent(const char *req, size_t n, size_t step, size_t *outlen,
         if (last_rc != PROTO_OK)
             break;
     }
-    left_in = evbuffer_get_length(in);
-    size_t len = evbuffer_get_length(out);
-    char *s = malloc(len + 1);
-    evbuffer_remove(out, s, len);
-    s[len] = '\0';
-    if (outlen)
-        *outlen = len;
     free(rbuf);
-    evbuffer_free(in);
-    evbuffer_free(out);
-    return s;
+    return run_end(in, out, outlen);
 }
 
 static void expect_bytes(const char *req, size_t nreq, const char *want,
