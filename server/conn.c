@@ -127,6 +127,7 @@ int conn_env_init(conn_env *env)
     env->idle_kicks = 0;
     env->relays = NULL;
     env->tls_wbuf = NULL;
+    env->inputs = env->piped = 0;
     /* One block for both; without it nothing is lent. */
     env->in_flat = malloc(CONN_READ_CHUNK + PROTO_OUT_FLAT);
     env->out_flat =
@@ -483,6 +484,7 @@ static bool settle_out(conn *c)
 static int run_parser(conn *c, size_t lent)
 {
     conn_env *env = c->env;
+    c->ctx.executed = 0;
     /* A paused parser may have work left without input (a long dump). */
     if (lent == 0 && evbuffer_get_length(c->in) == 0 && !c->paused &&
         !c->idle_stream) {
@@ -736,7 +738,12 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
         touch(c);
     }
 
-    after_parse(c, run_parser(c, lent), eof);
+    int rc = run_parser(c, lent);
+    if (got > 0 && c->ctx.executed > 0) {
+        env->inputs++;
+        env->piped += c->ctx.executed > 1;
+    }
+    after_parse(c, rc, eof);
     if (!flush_out(c)) {
         return;
     }
@@ -810,6 +817,13 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
     }
     (void)what;
     flush_out(c);
+}
+
+void conn_env_take_inputs(conn_env *env, unsigned *inputs, unsigned *piped)
+{
+    *inputs = env->inputs;
+    *piped = env->piped;
+    env->inputs = env->piped = 0;
 }
 
 void conn_env_tick(conn_env *env, uint32_t now)

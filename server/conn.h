@@ -74,8 +74,10 @@ typedef struct conn_env {
     uint64_t idle_kicks;
     struct proxy_pool *relays; /* upstreams of relayed requests, or NULL */
     char *tls_wbuf;            /* tls_wbuf_size bytes, once a TLS conn came */
-    char *in_flat;  /* memory lent to the text parser (proto.h): input */
-    char *out_flat; /* and replies; NULL: nothing is lent */
+    char *in_flat;   /* memory lent to the text parser (proto.h): input */
+    char *out_flat;  /* and replies; NULL: nothing is lent */
+    unsigned inputs; /* reads that brought requests, since the last take */
+    unsigned piped;  /* those of them that brought more than one */
 } conn_env;
 
 /* Initializes the private part of env. Returns 0 (without memory to lend
@@ -106,6 +108,13 @@ int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
  * conn_now().
  */
 void conn_env_tick(conn_env *env, uint32_t now);
+
+/*
+ * Since the last call (worker thread): how many connections read input
+ * and had requests executed, and how many of those had more than one
+ * (a client with several requests in flight on one connection).
+ */
+void conn_env_take_inputs(conn_env *env, unsigned *inputs, unsigned *piped);
 
 /* A coarse monotonic clock in seconds, for activity stamps. */
 uint32_t conn_now(void);

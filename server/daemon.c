@@ -813,7 +813,7 @@ static void start(void)
         .pcfg = &d.pcfg,
         .verbose = (int)d.opts.verbosity,
         .reqs_per_event = (unsigned)d.opts.reqs_per_event,
-        .idle_poll_us = (unsigned)d.opts.idle_poll_us,
+        .nap_us = (unsigned)d.opts.worker_nap_us,
         .output_max = (size_t)d.opts.output_buffer_max,
         .input_max =
             2 * (size_t)d.opts.item_size_max + (size_t)d.opts.max_line + 4096,

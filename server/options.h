@@ -141,9 +141,9 @@ enum options_proto {
       "file of user:password lines for SASL (reloaded on SIGHUP)")            \
     X(reqs_per_event, 'R', "max-reqs-per-event", OPTIONS_UINT, "20", 1,       \
       1000000, "requests served per connection before yielding")              \
-    X(idle_poll_us, 0, "idle-poll-us", OPTIONS_UINT, "5", 0, 1000000,         \
-      "microseconds a worker keeps polling after input before it sleeps,"     \
-      " while polling pays (0 = sleep at once)")                              \
+    X(worker_nap_us, 0, "worker-nap-us", OPTIONS_UINT, "50", 0, 1000,         \
+      "microseconds a worker naps after serving pipelining clients, to "      \
+      "gather more of their requests into each read (0 = never nap)")         \
     X(watcher_logbuf_size, 0, "watcher-logbuf-size", OPTIONS_UINT, "256", 1,  \
       1048576,                                                                \
       "KB of event lines a `watch` connection may have waiting; lines "       \

@@ -137,6 +137,7 @@ typedef struct proto_ctx {
     int verbose;         /* -v level */
     bool authenticated;  /* SASL done, or not required */
     bool yielded;        /* the last call stopped at reqs_per_event */
+    unsigned executed;   /* requests the last call executed */
     bool mid_request;    /* the last call left a request whose data block
                             has not all arrived (stats conns: conn_nread) */
     void *text;          /* proto_text's private state */

@@ -1070,8 +1070,7 @@ static void bin_drop_refused(proto_ctx *ctx, struct evbuffer *in,
 int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
                       struct evbuffer *conn_out)
 {
-    unsigned reqs = 0;
-
+    ctx->executed = 0;
     ctx->yielded = false;
     ctx->mid_request = false;
     for (;;) {
@@ -1090,7 +1089,8 @@ int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
         if (avail < BIN_HEADER_LEN)
             return PROTO_OK;
         /* -R: let the worker's other connections have a turn */
-        if (ctx->cfg->reqs_per_event && reqs >= ctx->cfg->reqs_per_event) {
+        if (ctx->cfg->reqs_per_event &&
+            ctx->executed >= ctx->cfg->reqs_per_event) {
             ctx->yielded = true;
             return PROTO_PAUSED;
         }
@@ -1141,7 +1141,7 @@ int proto_bin_execute(proto_ctx *ctx, struct evbuffer *in,
             ctx->mid_request = true;
             return PROTO_OK;
         }
-        reqs++;
+        ctx->executed++;
         p = evbuffer_pullup(in, (ev_ssize_t)need);
         if (!p) {
             bin_error(out, &r, BIN_STATUS_ENOMEM);

@@ -2157,7 +2157,7 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
         o.buf = ctx->out_flat;
     if (ctx->proxy != NULL)
         o.ev = proxy_out(ctx, out); /* behind the replies in flight */
-    unsigned reqs = 0;
+    ctx->executed = 0;
     ctx->yielded = false;
     ctx->mid_request = false;
     for (;;) {
@@ -2190,7 +2190,7 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
          * replies it takes, not the requests it sends.
          */
         if (!st->swallow && !st->skip_line && ctx->cfg->reqs_per_event &&
-            reqs >= ctx->cfg->reqs_per_event) {
+            ctx->executed >= ctx->cfg->reqs_per_event) {
             /* -R: let the worker's other connections have a turn */
             ctx->yielded = true;
             rc = PROTO_PAUSED;
@@ -2274,7 +2274,7 @@ int proto_text_execute(proto_ctx *ctx, struct evbuffer *in,
             ctx->mid_request = true;
             break;
         }
-        reqs++;
+        ctx->executed++;
         if (used == PT_CLOSE || used == PT_SHUTDOWN ||
             used == PT_CLOSE_ERROR) {
             v.off += linesz;

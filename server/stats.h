@@ -46,7 +46,8 @@
     X(client_errors)                                                          \
     X(protocol_errors)                                                        \
     X(proxied_requests)                                                       \
-    X(proxy_failures)
+    X(proxy_failures)                                                         \
+    X(worker_naps)
 
 typedef struct stats_thread {
 #define STATS_FIELD(name) uint64_t name;

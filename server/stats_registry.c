@@ -241,6 +241,7 @@ static void emit_general(stats_emit_fn emit, void *arg)
              STATS_CONN_GET(listen_disabled_num));
     emit_u64(emit, arg, "threads", worker_count());
     emit_u64(emit, arg, "conn_yields", yields);
+    emit_u64(emit, arg, "worker_naps", t.worker_naps);
     emit_u64(emit, arg, "time_in_listen_disabled_us",
              STATS_CONN_GET(listen_disabled_us));
     watch_stats ws;

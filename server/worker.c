@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,7 @@ typedef struct worker {
     conn_env env __attribute__((aligned(64)));
     pthread_t tid;
     bool started;
-    unsigned idle_poll_us;
+    unsigned nap_us;
     struct event_base *base;
     int notify_rd;
     int notify_wr;
@@ -96,106 +97,93 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     conn_env_tick(&w->env, conn_now());
 }
 
-static uint64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 /*
- * The worker's event loop. With idle_poll_us = 0 it is event_base_dispatch:
- * the thread sleeps in epoll_wait whenever nothing is ready. Otherwise,
- * after input arrives the thread may keep polling its sockets (epoll_wait
- * with no timeout, yielding the CPU between polls) until idle_poll_us pass
- * without new input, and only then sleeps. Each time new input arrives
- * inside that window, a sleep and a wake-up (and the sender's wake-up
- * call) are saved; each window that runs out has cost idle_poll_us of CPU
- * for nothing.
+ * The worker's event loop: epoll_wait, then the callbacks of what is
+ * ready. Without naps (worker_nap_us = 0) that is all
+ * (event_base_dispatch).
  *
- * So the poll is kept only while it pays: the thread keeps a running
- * average of the inputs a window caught before it ran out (POLL_SCALE
- * fixed point). Below POLL_KEEP_HITS, the thread sleeps at once, and polls
- * only one wait in POLL_PROBE_EVERY to see whether it would pay again.
- * Measured on loopback (contrib/bench rows): pipelined 4 KB workloads
- * catch 3-4.6 inputs a window, where the poll buys throughput; requests
- * sent one at a time, and pipelined 100-byte ones, catch 1.0-1.5, where it
- * only costs CPU per request.
+ * With them, a pass in which some connection had more than one request
+ * waiting (a client that pipelines, or keeps several requests in flight
+ * on a connection) may be followed by a nap of worker_nap_us and a pass,
+ * without blocking, over what arrived meanwhile; the naps go on while
+ * each such pass finds requests on several connections, one of them with
+ * more than one, and the worker blocks in epoll_wait again after the
+ * first pass that does not. A nap gathers more requests into each read
+ * and each reply write, and the clients' sends meanwhile wake nobody: on
+ * pipelined loads that lowers the CPU each request costs. Requests sent
+ * one at a time never start a nap: each still needs its own read and
+ * write, and waiting would only delay it.
+ *
+ * A nap that finds little (a lone pipelining client, whose next requests
+ * wait for the replies the nap holds back) costs a delay for nothing. So
+ * the worker keeps a running average of the connections its nap passes
+ * found (NAP_SCALE fixed point) and, while that is below NAP_KEEP_INPUTS,
+ * lets only one chance in NAP_PROBE_EVERY start a nap, to see whether
+ * naps would pay again. The nap is a plain nanosleep, with the thread's
+ * timer slack set to NAP_TIMER_SLACK_NS so that it lasts what it says.
  */
 enum {
-    POLL_SCALE = 16,
-    POLL_KEEP_HITS = 2,
-    POLL_PROBE_EVERY = 16,
-    POLL_AVG_WEIGHT = 8, /* a new window counts for 1/8 of the average */
+    NAP_SCALE = 16,
+    NAP_KEEP_INPUTS = 2,
+    NAP_PROBE_EVERY = 16,
+    NAP_AVG_WEIGHT = 8, /* a new nap counts for 1/8 of the average */
+    NAP_TIMER_SLACK_NS = 1000,
 };
 
-void worker_poll_init(worker_poll *wp)
+void worker_nap_init(worker_nap *wn)
 {
-    wp->avg = POLL_KEEP_HITS * POLL_SCALE; /* start out polling */
-    wp->skip = 0;
+    wn->avg = NAP_KEEP_INPUTS * NAP_SCALE; /* naps are tried at first */
+    wn->skip = 0;
+    wn->napping = false;
 }
 
-bool worker_poll_now(worker_poll *wp)
+bool worker_nap_next(worker_nap *wn, unsigned inputs, unsigned piped)
 {
-    if (wp->skip > 0) {
-        wp->skip--;
+    if (wn->napping) { /* the pass that followed a nap */
+        int found = inputs > 64 ? 64 : (int)inputs;
+        wn->avg += (found * NAP_SCALE - wn->avg) / NAP_AVG_WEIGHT;
+        if (wn->avg < NAP_KEEP_INPUTS * NAP_SCALE) {
+            wn->skip = NAP_PROBE_EVERY - 1;
+        }
+        wn->napping = inputs >= 2 && piped >= 1;
+        return wn->napping;
+    }
+    if (piped == 0) {
         return false;
     }
+    if (wn->skip > 0) {
+        wn->skip--;
+        return false;
+    }
+    wn->napping = true;
     return true;
-}
-
-void worker_poll_done(worker_poll *wp, int hits)
-{
-    wp->avg += (hits * POLL_SCALE - wp->avg) / POLL_AVG_WEIGHT;
-    if (wp->avg < POLL_KEEP_HITS * POLL_SCALE) {
-        wp->skip = POLL_PROBE_EVERY - 1;
-    }
-}
-
-/* One polling window: returns how many times input arrived in it, or -1
- * when the loop must end. */
-static int poll_window(worker *w)
-{
-    int hits = 0;
-    uint64_t seen = __atomic_load_n(&w->stats.bytes_read, __ATOMIC_RELAXED);
-    uint64_t last = mono_us();
-    while (mono_us() - last < w->idle_poll_us) {
-        sched_yield(); /* another thread on this core may have work */
-        if (event_base_loop(w->base, EVLOOP_NONBLOCK) < 0 ||
-            event_base_got_break(w->base)) {
-            return -1;
-        }
-        uint64_t now = __atomic_load_n(&w->stats.bytes_read, __ATOMIC_RELAXED);
-        if (now != seen) {
-            seen = now;
-            last = mono_us();
-            hits++;
-        }
-    }
-    return hits;
 }
 
 static void worker_loop(worker *w)
 {
-    if (w->idle_poll_us == 0) {
+    if (w->nap_us == 0) {
         event_base_dispatch(w->base);
         return;
     }
-    worker_poll wp;
-    worker_poll_init(&wp);
+    (void)prctl(PR_SET_TIMERSLACK, (unsigned long)NAP_TIMER_SLACK_NS);
+    struct timespec nap = {(time_t)(w->nap_us / 1000000),
+                           (long)(w->nap_us % 1000000) * 1000};
+    worker_nap wn;
+    worker_nap_init(&wn);
+    int flags = EVLOOP_ONCE; /* a pass after no nap blocks */
     for (;;) {
-        if (event_base_loop(w->base, EVLOOP_ONCE) < 0 ||
+        if (event_base_loop(w->base, flags) < 0 ||
             event_base_got_break(w->base)) {
             return;
         }
-        if (!worker_poll_now(&wp)) {
-            continue;
+        unsigned inputs, piped;
+        conn_env_take_inputs(&w->env, &inputs, &piped);
+        flags = EVLOOP_ONCE;
+        if (worker_nap_next(&wn, inputs, piped)) {
+            STATS_INCR(&w->stats, worker_naps);
+            nanosleep(&nap, NULL);
+            flags = EVLOOP_NONBLOCK;
         }
-        int hits = poll_window(w);
-        if (hits < 0) {
-            return;
-        }
-        worker_poll_done(&wp, hits);
     }
 }
 
@@ -252,7 +240,7 @@ static int worker_init(worker *w, const worker_setup *ws)
     w->env.stats = &w->stats;
     w->env.verbose = ws->verbose;
     w->env.reqs_per_event = ws->reqs_per_event ? ws->reqs_per_event : 1;
-    w->idle_poll_us = ws->idle_poll_us;
+    w->nap_us = ws->nap_us;
     w->env.output_max = ws->output_max;
     w->env.input_max = ws->input_max;
     w->env.tls = ws->tls;

@@ -32,7 +32,7 @@ typedef struct worker_setup {
     const proto_config *pcfg;
     int verbose;
     unsigned reqs_per_event;
-    unsigned idle_poll_us; /* see worker_loop in worker.c; 0 = never poll */
+    unsigned nap_us; /* see worker_loop in worker.c; 0 = never nap */
     size_t output_max;
     size_t input_max;
     struct tls_server *tls; /* TLS listeners' context, or NULL */
@@ -73,19 +73,17 @@ void worker_reset_counters(size_t i);
 void worker_conns_each(size_t i, conn_info_fn fn, void *arg);
 
 /*
- * Whether the idle poll pays (see worker_loop in worker.c): a thread
- * polls after a wait while the windows it polled caught, on average, at
- * least two inputs each; otherwise it sleeps at once and polls one wait
- * in sixteen to look again.
+ * Whether a pass of a worker's event loop is followed by a nap (see
+ * worker_loop in worker.c).
  */
-typedef struct worker_poll {
-    int avg;  /* inputs a window caught, a running average, x16 */
-    int skip; /* waits left to sleep after without polling */
-} worker_poll;
-void worker_poll_init(worker_poll *wp);
-/* Whether to poll after this wait (counts the waits skipped). */
-bool worker_poll_now(worker_poll *wp);
-/* A polling window ended having caught `hits` inputs. */
-void worker_poll_done(worker_poll *wp, int hits);
+typedef struct worker_nap {
+    int avg;      /* connections a nap's pass found, running average, x16 */
+    int skip;     /* chances to nap left to pass by while naps don't pay */
+    bool napping; /* the next pass follows a nap */
+} worker_nap;
+void worker_nap_init(worker_nap *wn);
+/* A pass read requests on `inputs` connections, `piped` of them more
+ * than one: whether to nap now. */
+bool worker_nap_next(worker_nap *wn, unsigned inputs, unsigned piped);
 
 #endif /* WORKER_H */

@@ -229,6 +229,63 @@ class LongLines(unittest.TestCase):
                 b"CLIENT_ERROR bad command line format\r\nMN\r\n"), got)
 
 
+class WorkerNaps(unittest.TestCase):
+    """The worker naps only after serving clients that pipeline, on
+    several connections (server/README.md, worker_loop in worker.c)."""
+
+    ROUNDS = 60
+
+    def rounds(self, srv, conns, per_conn):
+        """ROUNDS times: `per_conn` gets sent at once on each of `conns`
+        connections, then every reply read. Returns worker_naps' growth."""
+        socks = [srv.connect() for _ in range(conns)]
+        try:
+            batch = b"get nap:k\r\n" * per_conn
+            want = b"VALUE nap:k 0 1\r\nv\r\nEND\r\n" * per_conn
+            before = int(srv.stats()["worker_naps"])
+            for _ in range(self.ROUNDS):
+                for s in socks:
+                    s.sendall(batch)
+                for s in socks:
+                    got = b""
+                    while len(got) < len(want):
+                        part = s.recv(65536)
+                        self.assertTrue(part, "connection closed")
+                        got += part
+                    self.assertEqual(got, want)
+            return int(srv.stats()["worker_naps"]) - before
+        finally:
+            for s in socks:
+                s.close()
+
+    def test_naps_follow_pipelining_clients_only(self):
+        # A long nap, so that the pass after it finds every connection's
+        # batch however slowly this client sends them.
+        with Server(["-t", "1", "-o", "worker_nap_us=1000"]) as srv:
+            self.assertEqual(srv.request(b"set nap:k 0 0 1\r\nv\r\n"),
+                             b"STORED\r\n")
+            # One request at a time on each of eight connections: no
+            # read ever brings two, so no nap.
+            self.assertEqual(self.rounds(srv, 8, 1), 0)
+            # Eight connections pipelining: the first read of a round that
+            # brings several starts a nap, and the pass after it finds the
+            # other connections' batches: about a nap a round (fewer if
+            # this client, on a busy machine, sends slower than a nap).
+            self.assertGreaterEqual(self.rounds(srv, 8, 20), self.ROUNDS // 2)
+            # A lone connection pipelining: its naps find only itself, so
+            # they become one chance in sixteen, once the average of what
+            # naps found has come down from the busy rounds.
+            self.rounds(srv, 1, 20)
+            lone = self.rounds(srv, 1, 20)
+            self.assertLessEqual(lone, self.ROUNDS // 8 + 2)
+
+    def test_no_naps_when_turned_off(self):
+        with Server(["-t", "1", "-o", "worker_nap_us=0"]) as srv:
+            self.assertEqual(srv.request(b"set nap:k 0 0 1\r\nv\r\n"),
+                             b"STORED\r\n")
+            self.assertEqual(self.rounds(srv, 8, 20), 0)
+
+
 class LoneNode(unittest.TestCase):
     def test_expired_reclaimed_and_deletes_leave_nothing(self):
         # Without replication there is nothing to reconcile: an expired

@@ -155,20 +155,20 @@ class Settings(unittest.TestCase):
         self.assertEqual(st["verbosity"], "2")
         self.assertEqual(st["udpport"], "0")
 
-    def test_idle_poll(self):
-        # Polling before sleeping is on by default; 0 turns it off; both
-        # serve requests, and an out-of-range value stops the start-up.
-        for args, want in (([], "5"), (["-o", "idle_poll_us=0"], "0"),
-                           (["--idle-poll-us", "500"], "500")):
+    def test_worker_nap(self):
+        # Naps are on by default (50 us); 0 turns them off; both serve
+        # requests, and an out-of-range value stops the start-up.
+        for args, want in (([], "50"), (["-o", "worker_nap_us=0"], "0"),
+                           (["--worker-nap-us", "500"], "500")):
             with Server(args) as srv:
-                self.assertEqual(srv.stats("settings")["idle_poll_us"], want)
+                self.assertEqual(srv.stats("settings")["worker_nap_us"], want)
                 self.assertEqual(srv.request(b"set p 0 0 1\r\nx\r\n"),
                                  b"STORED\r\n")
                 self.assertEqual(srv.request(b"get p\r\n", b"END\r\n"),
                                  b"VALUE p 0 1\r\nx\r\nEND\r\n")
-        code, _, err = run(["-o", "idle_poll_us=1000001"])
+        code, _, err = run(["-o", "worker_nap_us=1001"])
         self.assertEqual(code, 64)
-        self.assertIn("idle_poll_us", err)
+        self.assertIn("worker_nap_us", err)
 
     def test_secret_never_listed(self):
         with Server(["--cluster-secret", "sw0rdfish"]) as srv:
