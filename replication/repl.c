@@ -70,7 +70,7 @@ void repl_options_default(repl_options *o)
     o->max_symbols = 262144;
     o->round_timeout_ms = 10000;
     o->push_queue = 65536;
-    o->push_delay_us = 500;
+    o->push_delay_us = 1000;
     o->backlog_bytes = 8u << 20;
     o->item_size_max = 1024 * 1024;
     o->registries = "";

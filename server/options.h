@@ -278,7 +278,7 @@ enum options_proto {
       "10000", 1, 3600000, "a round taking longer fails")                     \
     X(repl_push_queue, 0, "repl-push-queue", OPTIONS_UINT, "65536", 1,        \
       4294967295ULL, "fresh writes waiting for eager push, cap")              \
-    X(repl_push_delay_us, 0, "repl-push-delay-us", OPTIONS_UINT, "500", 0,    \
+    X(repl_push_delay_us, 0, "repl-push-delay-us", OPTIONS_UINT, "1000", 0,   \
       100000,                                                                 \
       "under a steady stream of writes, microseconds a push waits to carry"   \
       " more (0 = push each wake-up at once)")                                \
