@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <sched.h>
 #include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
