@@ -55,9 +55,9 @@ struct etcdview {
     char prefix[128], addr[REGISTRY_ADDR_MAX + 1];
     struct eurl urls[ETCD_URLS_MAX];
     int nurls, cur;
-    struct evhttp_connection *conn; /* to urls[cur] (plain HTTP only) */
-    SSL_CTX *tls;                   /* for https:// URLs, NULL without */
-    /* over TLS, the connection of each request in flight */
+    SSL_CTX *tls; /* for https:// URLs, NULL without */
+    /* the connection of each request in flight: one request a connection,
+     * so a request that fails takes no other request with it */
     struct evhttp_connection *rconn[R_KINDS];
     /* connections whose request is over, freed by the reap event on the
      * next loop iteration (not inside their own callback) */
@@ -135,10 +135,6 @@ static void state_failed(etcdview *v, const char *what)
     snprintf(why, sizeof(why), "%s to %s:%u failed", what,
              v->urls[v->cur].host, (unsigned)v->urls[v->cur].port);
     viewsrc_failed(&v->src, why);
-    if (v->conn) {
-        evhttp_connection_free(v->conn);
-        v->conn = NULL;
-    }
     v->cur = (v->cur + 1) % v->nurls;
 }
 
@@ -165,12 +161,11 @@ static void retire(etcdview *v, struct evhttp_connection *c)
     evtimer_add(v->reap, &now);
 }
 
-/* POSTs body to path; the reply comes to on_reply. */
 /*
- * A connection to urls[cur]. Over TLS each connection has its own TLS
+ * A connection to urls[cur], for one request. Over TLS it has its own TLS
  * session (SNI and the server's name or address checked against its
- * certificate) and serves one request: an evhttp connection that
- * reconnects would reuse a finished session.
+ * certificate): an evhttp connection that reconnects would reuse a
+ * finished session.
  */
 static struct evhttp_connection *connect_url(etcdview *v)
 {
@@ -199,42 +194,40 @@ static struct evhttp_connection *connect_url(etcdview *v)
     return c;
 }
 
+/*
+ * POSTs body to path on a connection of its own; the reply comes to
+ * on_reply, which retires the connection. (A connection shared by several
+ * requests, freed when one of them fails, would drop the others without
+ * their callbacks, leaving their kinds in flight for good.)
+ */
 static void post(etcdview *v, enum req_kind kind, const char *path,
                  const char *body)
 {
     if (v->inflight[kind])
         return;
-    /* Plain HTTP keeps one connection; TLS takes one per request. */
-    bool tls = v->urls[v->cur].tls;
-    struct evhttp_connection *conn = tls ? NULL : v->conn;
-    if (!conn) {
-        conn = connect_url(v);
-        if (!conn)
-            return;
-        evhttp_connection_set_timeout(conn, ETCD_TIMEOUT_S);
-        evhttp_connection_set_retries(conn, 0);
-        if (!tls)
-            v->conn = conn;
-    }
+    struct evhttp_connection *conn = connect_url(v);
+    if (!conn)
+        return;
+    evhttp_connection_set_timeout(conn, ETCD_TIMEOUT_S);
+    evhttp_connection_set_retries(conn, 0);
     struct call *c = &v->calls[kind];
     c->v = v;
     c->kind = kind;
     struct evhttp_request *req = evhttp_request_new(on_reply, c);
-    if (!req)
+    if (!req) {
+        evhttp_connection_free(conn);
         return;
+    }
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Host", v->urls[v->cur].host);
     evhttp_add_header(h, "Content-Type", "application/json");
-    if (tls) /* one request a connection: it ends with the reply */
-        evhttp_add_header(h, "Connection", "close");
+    evhttp_add_header(h, "Connection", "close");
     evbuffer_add(evhttp_request_get_output_buffer(req), body, strlen(body));
     if (evhttp_make_request(conn, req, EVHTTP_REQ_POST, path) != 0) {
-        if (tls)
-            evhttp_connection_free(conn);
-        return; /* the request is freed by evhttp */
+        evhttp_connection_free(conn); /* the request is freed by evhttp */
+        return;
     }
-    if (tls)
-        v->rconn[kind] = conn;
+    v->rconn[kind] = conn;
     v->inflight[kind] = true;
 }
 
@@ -638,8 +631,6 @@ void etcdview_destroy(etcdview *v)
         event_free(v->reap);
     if (v->wconn)
         evhttp_connection_free(v->wconn);
-    if (v->conn)
-        evhttp_connection_free(v->conn);
     for (int k = 0; k < R_KINDS; k++)
         if (v->rconn[k])
             evhttp_connection_free(v->rconn[k]);
