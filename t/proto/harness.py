@@ -247,12 +247,17 @@ class Server:
         return 0
 
 
+def sanitized():
+    """True for an AddressSanitizer build (CI runs both kinds)."""
+    with open(SERVER, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
 def rss_is_live_memory():
     """False for an AddressSanitizer build: it keeps freed blocks in
     quarantine, so its RSS follows allocation churn, not what is held.
-    Tests assert RSS bounds on plain builds only (CI runs both)."""
-    with open(SERVER, "rb") as f:
-        return b"__asan_init" not in f.read()
+    Tests assert RSS bounds on plain builds only."""
+    return not sanitized()
 
 
 def wait_for(predicate, timeout=10.0, interval=0.05):
