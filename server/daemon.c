@@ -738,7 +738,9 @@ static void start(void)
     if (d.opts.repl_port != 0)
         so.evict_record_bytes =
             so.memory_limit / 100 * (size_t)d.opts.evict_record_share;
-    so.sketch_symbols = (size_t)d.opts.sketch_symbols;
+    /* Only rounds read the sketch: without replication it is not kept. */
+    so.sketch_symbols =
+        d.opts.repl_port != 0 ? (size_t)d.opts.sketch_symbols : 0;
     so.hash_power = (unsigned)d.opts.hashpower_init;
     if (h->store_options != NULL &&
         h->store_options(h->arg, &d.opts, &so, herr, sizeof(herr)) != 0) {

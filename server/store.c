@@ -620,6 +620,37 @@ struct store {
     _Atomic uint64_t mortal;
 };
 
+/*
+ * The sketch changes of the set, and the hashes they need. A store created
+ * with sketch_symbols 0 (a node without replication: nothing would ever
+ * read it) keeps none: the set's counters still follow every change, the
+ * sketch walks and the hashes are skipped.
+ */
+static inline uint64_t sk_hash(const store *s, const riblt_id *id)
+{
+    return s->sk_symbols != 0 ? riblt_hash(id) : 0;
+}
+
+static inline void sk_add(store *s, uint32_t p, const riblt_id *id, uint64_t h)
+{
+    if (s->sk_symbols != 0)
+        riblt_sketch_add_hashed(s->parts[p].sk, id, h);
+}
+
+static inline void sk_remove(store *s, uint32_t p, const riblt_id *id,
+                             uint64_t h)
+{
+    if (s->sk_symbols != 0)
+        riblt_sketch_remove_hashed(s->parts[p].sk, id, h);
+}
+
+static inline void sk_replace(store *s, uint32_t p, const riblt_id *oid,
+                              uint64_t oh, const riblt_id *nid, uint64_t nh)
+{
+    if (s->sk_symbols != 0)
+        riblt_sketch_replace_hashed(s->parts[p].sk, oid, oh, nid, nh);
+}
+
 /* One reading of the clocks, taken once per operation. */
 typedef struct tnow {
     uint64_t ns;   /* wall clock */
@@ -1192,10 +1223,10 @@ static void set_remove(store *s, store_item *it)
         return;
     }
     riblt_id id = item_id(it);
-    uint64_t h = riblt_hash(&id);
+    uint64_t h = sk_hash(s, &id);
     pthread_mutex_lock(&s->set_lock);
     part_count(s, it, p, -1);
-    riblt_sketch_remove_hashed(s->parts[p].sk, &id, h);
+    sk_remove(s, p, &id, h);
     pthread_mutex_unlock(&s->set_lock);
 }
 
@@ -1209,16 +1240,16 @@ static void set_remove(store *s, store_item *it)
 static void set_keep(store *s, store_item *it, bool keep)
 {
     riblt_id id = item_id(it);
-    uint64_t h = riblt_hash(&id);
+    uint64_t h = sk_hash(s, &id);
     uint32_t p = item_part(s, it);
 
     pthread_mutex_lock(&s->set_lock);
     part_count(s, it, p, keep ? -1 : 1);
     if (keep) {
-        riblt_sketch_remove_hashed(s->parts[p].sk, &id, h);
+        sk_remove(s, p, &id, h);
         s->parts[p].kept++;
     } else {
-        riblt_sketch_add_hashed(s->parts[p].sk, &id, h);
+        sk_add(s, p, &id, h);
         s->parts[p].kept--;
     }
     pthread_mutex_unlock(&s->set_lock);
@@ -1272,11 +1303,11 @@ static void rec_count(store *s, const evrec_entry *e, int sign)
 static void rec_set_remove(store *s, const evrec_entry *e)
 {
     riblt_id id = rec_id(e);
-    uint64_t h = riblt_hash(&id);
+    uint64_t h = sk_hash(s, &id);
 
     pthread_mutex_lock(&s->set_lock);
     rec_count(s, e, -1);
-    riblt_sketch_remove_hashed(s->parts[e->part].sk, &id, h);
+    sk_remove(s, e->part, &id, h);
     pthread_mutex_unlock(&s->set_lock);
 }
 
@@ -1430,10 +1461,10 @@ static void rec_put(store *s, const evrec_entry *e, const tnow *t,
         d.exptime = exptime_pack(t->s);
         clock_catch_up(s, d.ticks);
         riblt_id oid = rec_id(&x), nid = rec_id(&d);
-        uint64_t oh = riblt_hash(&oid), nh = riblt_hash(&nid);
+        uint64_t oh = sk_hash(s, &oid), nh = sk_hash(s, &nid);
         pthread_mutex_lock(&s->set_lock);
         rec_count(s, &x, -1);
-        riblt_sketch_replace_hashed(s->parts[x.part].sk, &oid, oh, &nid, nh);
+        sk_replace(s, x.part, &oid, oh, &nid, nh);
         rec_count(s, &d, 1);
         pthread_mutex_unlock(&s->set_lock);
         COUNT_ADD(s, drops_written, 1);
@@ -1655,19 +1686,18 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
     }
 
     riblt_id nid = make_id(gid, it->ticks, it->node), oid = {0, 0};
-    uint64_t nh = riblt_hash(&nid), oh = 0;
+    uint64_t nh = sk_hash(s, &nid), oh = 0;
     if (cur_in)
         oid = make_id(gid, cur->ticks, cur->node);
     else if (rec)
         oid = rec_id(&re);
     if (cur_in || rec)
-        oh = riblt_hash(&oid);
+        oh = sk_hash(s, &oid);
     if (rec)
         recs_remove(s, gid);
     /* A key's partition is a function of the key: cur and it share it. */
     uint32_t p = item_part(s, it);
     pthread_mutex_lock(&s->set_lock);
-    riblt_sketch *sk = s->parts[p].sk;
     if (cur != NULL && !cur_in)
         s->parts[p].kept--;
     if (cur_in || rec) {
@@ -1675,9 +1705,9 @@ static int do_store_apply(store *s, struct stripe *sp, const struct kh *k,
             part_count(s, cur, p, -1);
         else
             rec_count(s, &re, -1);
-        riblt_sketch_replace_hashed(sk, &oid, oh, &nid, nh);
+        sk_replace(s, p, &oid, oh, &nid, nh);
     } else {
-        riblt_sketch_add_hashed(sk, &nid, nh);
+        sk_add(s, p, &nid, nh);
     }
     part_count(s, it, p, 1);
     pthread_mutex_unlock(&s->set_lock);
@@ -1769,10 +1799,10 @@ static int do_apply_keyless(store *s, struct stripe *sp, uint64_t h,
     int r = APPLY_RETIRED;
     if (!rec_dead(s, e, t)) {
         riblt_id id = rec_id(e);
-        uint64_t ih = riblt_hash(&id);
+        uint64_t ih = sk_hash(s, &id);
         pthread_mutex_lock(&s->set_lock);
         rec_count(s, e, 1);
-        riblt_sketch_add_hashed(s->parts[e->part].sk, &id, ih);
+        sk_add(s, e->part, &id, ih);
         pthread_mutex_unlock(&s->set_lock);
         rec_put(s, e, t, note);
         r = APPLY_LINKED;
@@ -2045,10 +2075,9 @@ store *store_create(const store_options *o, int *err)
     if (o == NULL || o->hash_power > 32 ||
         o->item_size_max < item_total(1, 0) || o->item_size_max > (1u << 30))
         return NULL;
-    if (o->partitions == 0
-            ? o->sketch_symbols == 0
-            : o->partitions > STORE_PARTITIONS_MAX ||
-                  o->partition_fn == NULL || o->partition_sketch_symbols == 0)
+    if (o->partitions != 0 &&
+        (o->partitions > STORE_PARTITIONS_MAX || o->partition_fn == NULL ||
+         o->partition_sketch_symbols == 0))
         return NULL;
     /* The record table comes out of memory_limit and must leave room. */
     size_t nrec = o->evict_record_bytes / EVREC_ENTRY_BYTES;
@@ -2109,7 +2138,7 @@ store *store_create(const store_options *o, int *err)
     s->parts = calloc(s->nparts, sizeof(*s->parts));
     if (s->parts == NULL)
         goto fail;
-    for (uint32_t p = 0; p < s->nparts; p++)
+    for (uint32_t p = 0; p < s->nparts && s->sk_symbols != 0; p++)
         if ((s->parts[p].sk = riblt_sketch_create(s->sk_symbols)) == NULL)
             goto fail;
     pthread_mutex_init(&s->set_lock, NULL);
@@ -3229,9 +3258,13 @@ int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
         return STORE_OK;
     }
     pthread_mutex_lock(&s->set_lock);
-    r = n ? riblt_sketch_read(s->parts[0].sk, offset, out, n) : RIBLT_OK;
+    if (s->parts[0].sk == NULL) /* no sketch: zero symbols */
+        r = n == 0 && offset == 0 ? RIBLT_OK : RIBLT_ERR_INVAL;
+    else
+        r = n ? riblt_sketch_read(s->parts[0].sk, offset, out, n) : RIBLT_OK;
     if (set_size)
-        *set_size = riblt_sketch_count(s->parts[0].sk);
+        *set_size = s->parts[0].sk != NULL ? riblt_sketch_count(s->parts[0].sk)
+                                           : (int64_t)s->parts[0].mutations;
     pthread_mutex_unlock(&s->set_lock);
     return r == RIBLT_OK ? STORE_OK : STORE_ERR_INVAL;
 }

@@ -167,7 +167,9 @@ typedef struct store_options {
     size_t item_size_max;     /* largest key+value+overhead (-I) */
     uint32_t tombstone_grace; /* seconds a tombstone (and an expired item)
                                  stays in the set before it is swept */
-    size_t sketch_symbols;    /* materialized sketch length (default 8192) */
+    size_t sketch_symbols;    /* materialized sketch length (default 8192);
+                                 0: no sketch (a node without replication,
+                                 where nothing reads it) */
     unsigned hash_power;      /* initial key table size 2^hash_power */
     store_clock_fn clock;     /* NULL = CLOCK_REALTIME */
     void *clock_arg;

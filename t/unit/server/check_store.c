@@ -124,9 +124,8 @@ static store_stats stats(store *s)
 
 static int64_t set_size(store *s)
 {
-    riblt_symbol sym;
     int64_t n = -1;
-    ck_assert_int_eq(store_sketch_read(s, 0, &sym, 1, &n), STORE_OK);
+    ck_assert_int_eq(store_sketch_read(s, 0, NULL, 0, &n), STORE_OK);
     return n;
 }
 
@@ -230,7 +229,7 @@ START_TEST(test_create_invalid)
     ck_assert_uint_eq(o.item_size_max, 1u << 20);
     ck_assert_uint_eq(o.tombstone_grace, 3600);
     ck_assert_uint_eq(o.sketch_symbols, 8192);
-    o.sketch_symbols = 0;
+    o.item_size_max = 0;
     ck_assert_ptr_null(store_create(&o, &err));
     ck_assert_int_eq(err, STORE_ERR_INVAL);
     ck_assert_ptr_null(store_create(NULL, &err));
@@ -1704,6 +1703,82 @@ START_TEST(test_overwrite_sketch)
 END_TEST
 
 /*
+ * sketch_symbols 0 (a node without replication): no sketch, and the set's
+ * counters follow the same writes, deletes, peer mutations, expiries and
+ * evictions as those of a store with one.
+ */
+START_TEST(test_no_sketch)
+{
+    fake_clock c = {T0};
+    store_options o;
+    int err = 99;
+    store_options_default(&o);
+    o.node_id = 1;
+    o.memory_limit = 64 * 1024 + KEY_TABLE_ROOM;
+    o.hash_power = 14;
+    o.tombstone_grace = 100;
+    o.sketch_symbols = 0;
+    o.clock = fake_now;
+    o.clock_arg = &c;
+    store *none = store_create(&o, &err);
+    ck_assert_ptr_nonnull(none);
+    ck_assert_int_eq(err, STORE_OK);
+    ck_assert_uint_eq(store_sketch_symbols(none), 0);
+    store *with = mk(&c, 1, 64 * 1024);
+    ck_assert_uint_eq(store_sketch_symbols(with), 256);
+    store *both[2] = {none, with};
+    char key[16], val[200];
+    memset(val, 'v', sizeof(val) - 1);
+    val[sizeof(val) - 1] = '\0';
+    for (int w = 0; w < 2; w++) {
+        store *s = both[w];
+        for (int i = 0; i < 100; i++) {
+            snprintf(key, sizeof(key), "k%d", i);
+            ck_assert_int_eq(set(s, key, "one"), STORE_STORED);
+        }
+        for (int i = 0; i < 50; i++) { /* overwrites */
+            snprintf(key, sizeof(key), "k%d", i);
+            ck_assert_int_eq(set(s, key, "two"), STORE_STORED);
+        }
+        ck_assert_int_eq(store_delete(s, "k3", 2, 0), STORE_DELETED);
+        ck_assert_int_eq(wr(s, STORE_SET, "short", "x", 0,
+                            store_exptime_abs(s, 5), 0, NULL),
+                         STORE_STORED);
+        store_mutation m = mut(77, T0 + 1, 9, STORE_KIND_VALUE, "peer", "p");
+        ck_assert_int_eq(apply(s, &m), STORE_OK);
+    }
+    expect(none, "k1", "two");
+    expect(none, "k3", NULL);
+    expect(none, "peer", "p");
+    expect(none, "short", "x");
+    expect(none, "k99", "one");
+    expect(none, "k0", "two");
+    ck_assert_int_eq(set_size(none), 102); /* 100 + short + peer */
+    ck_assert_int_eq(set_size(none), set_size(with));
+    /* No symbol can be read from it. */
+    riblt_symbol sym;
+    int64_t n = -1;
+    ck_assert_int_eq(store_sketch_read(none, 0, &sym, 1, &n), STORE_ERR_INVAL);
+    advance(&c, 10); /* short expires; the sweeps take it */
+    store_sweep(none, 1000000);
+    store_sweep(with, 1000000);
+    ck_assert_int_eq(set_size(none), set_size(with));
+    /* Fill both well past the limit: evictions leave the set alike. */
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 2000; i++) {
+            snprintf(key, sizeof(key), "f%d", i);
+            ck_assert_int_eq(set(both[w], key, val), STORE_STORED);
+        }
+    store_stats a = stats(none), b = stats(with);
+    ck_assert_uint_gt(a.evictions, 0);
+    ck_assert_uint_eq(a.curr_items, b.curr_items);
+    ck_assert_int_eq(set_size(none), set_size(with));
+    store_destroy(none);
+    store_destroy(with);
+}
+END_TEST
+
+/*
  * Reads keep items from eviction (the clock's second chance), and unread
  * items go oldest first (the age gate).
  */
@@ -2689,6 +2764,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_arith_touch);
     tcase_add_test(tc, test_get_ex_why);
     tcase_add_test(tc, test_overwrite_sketch);
+    tcase_add_test(tc, test_no_sketch);
     tcase_add_test(tc, test_set_invariant);
     tcase_add_test(tc, test_listener);
     tcase_add_test(tc, test_eviction_clock);
