@@ -1,6 +1,7 @@
 /*
  * evloop.c -- a libevent loop on a thread of its own (see evloop.h).
  */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "evloop.h"
 
 #include <stdint.h>
@@ -51,11 +52,13 @@ int evloop_init(evloop *l, void (*on_stop)(void *arg), void *arg)
     return 0;
 }
 
-int evloop_start(evloop *l)
+int evloop_start(evloop *l, const char *name)
 {
     if (pthread_create(&l->thread, NULL, loop_main, l) != 0)
         return -1;
     l->started = true;
+    if (name)
+        (void)pthread_setname_np(l->thread, name); /* a name is no must */
     return 0;
 }
 

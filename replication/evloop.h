@@ -4,7 +4,8 @@
  * server (registry_server.c) share.
  *
  *   evloop_init   creates the event base and the stop event (an eventfd);
- *   evloop_start  runs event_base_dispatch on a new thread;
+ *   evloop_start  runs event_base_dispatch on a new thread, named (as top
+ *                 -H and ps -L show it) when name is not NULL;
  *   evloop_stop   asks the loop to stop (on_stop runs on the loop thread,
  *                 then the loop breaks) and joins the thread; a loop that
  *                 was never started is left alone;
@@ -34,8 +35,8 @@ typedef struct evloop {
 /* 0, or -1 when the base, the eventfd or the event cannot be created (what
  * was created is freed by evloop_fini, which is safe to call then). */
 int evloop_init(evloop *l, void (*on_stop)(void *arg), void *arg);
-/* 0, or -1 when the thread cannot be created. */
-int evloop_start(evloop *l);
+/* 0, or -1 when the thread cannot be created. name: at most 15 bytes. */
+int evloop_start(evloop *l, const char *name);
 void evloop_stop(evloop *l);
 void evloop_fini(evloop *l);
 

@@ -400,7 +400,8 @@ fail:
 
 int registry_server_start(registry_server *s)
 {
-    return evloop_start(&s->loop) == 0 ? REGISTRY_OK : REGISTRY_ERR_SYSTEM;
+    return evloop_start(&s->loop, "rc-registry") == 0 ? REGISTRY_OK
+                                                      : REGISTRY_ERR_SYSTEM;
 }
 
 void registry_server_destroy(registry_server *s)

@@ -415,7 +415,7 @@ fail:
 
 int repl_start(repl *r)
 {
-    return evloop_start(&r->loop) == 0 ? REPL_OK : REPL_ERR_SYSTEM;
+    return evloop_start(&r->loop, "rc-repl") == 0 ? REPL_OK : REPL_ERR_SYSTEM;
 }
 
 void repl_destroy(repl *r)

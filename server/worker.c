@@ -8,7 +8,7 @@
  * worker to leave its loop. No libevent locking is needed: no event_base
  * is ever touched by another thread.
  */
-#define _GNU_SOURCE /* pipe2 */
+#define _GNU_SOURCE /* pipe2, pthread_setname_np */
 #include "worker.h"
 
 #include <errno.h>
@@ -301,6 +301,9 @@ int worker_pool_start(const worker_setup *ws)
             return WORKER_ERR_SYS;
         }
         workers[i].started = true;
+        /* As memcached names its threads (mc-worker): top -H and ps -L
+         * tell them apart. A name that does not take is no error. */
+        (void)pthread_setname_np(workers[i].tid, "rc-worker");
     }
     return WORKER_OK;
 }

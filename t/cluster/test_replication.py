@@ -1,6 +1,7 @@
 """Three nodes replicate every kind of write: set, delete, flush_all,
 incr, append, touch, all made on one node and read on the others."""
 
+import os
 import time
 import unittest
 
@@ -54,6 +55,14 @@ class Replication(unittest.TestCase):
             self.assertTrue(wait_until(lambda: check(c), WAIT),
                             "%s not on node %d\n%s" % (what, i + 1,
                                                        self.cl.logs()))
+
+    def test_0_replication_thread_named(self):
+        pid = self.cl.nodes[0].proc.pid
+        names = []
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                names.append(f.read().strip())
+        self.assertEqual(names.count("rc-repl"), 1, names)
 
     def test_1_sets_and_deletes(self):
         c1 = self.clients[0]

@@ -324,6 +324,17 @@ class WorkerNaps(unittest.TestCase):
             self.assertEqual(self.rounds(srv, 8, 20), 0)
 
 
+class ThreadNames(unittest.TestCase):
+    def test_workers_are_named(self):
+        # As memcached names its threads: top -H and ps -L tell them apart.
+        with Server(["-t", "3"]) as srv:
+            names = []
+            for tid in os.listdir("/proc/%d/task" % srv.proc.pid):
+                with open("/proc/%d/task/%s/comm" % (srv.proc.pid, tid)) as f:
+                    names.append(f.read().strip())
+            self.assertEqual(names.count("rc-worker"), 3, names)
+
+
 class LoneNode(unittest.TestCase):
     def test_expired_reclaimed_and_deletes_leave_nothing(self):
         # Without replication there is nothing to reconcile: an expired
