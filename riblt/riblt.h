@@ -27,6 +27,7 @@
 #ifndef RIBLT_H
 #define RIBLT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -243,6 +244,14 @@ typedef struct riblt_sketch riblt_sketch;
  */
 riblt_sketch *riblt_sketch_create(size_t nsymbols);
 void riblt_sketch_destroy(riblt_sketch *sk);
+
+/*
+ * A sketch walks its ids' mappings with code compiled for the CPU's SSE4.1
+ * where it has it, the same cells bit for bit. This makes sk use the
+ * portable code whatever the CPU: for tests that compare the two, and
+ * measurements. Returns whether sk used the SSE4.1 code until now.
+ */
+bool riblt_sketch_portable(riblt_sketch *sk);
 
 size_t riblt_sketch_size(const riblt_sketch *sk);
 

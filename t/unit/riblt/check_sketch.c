@@ -3,6 +3,7 @@
  * reversible updates, subtraction and decoding.
  */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "riblt.h"
@@ -75,6 +76,53 @@ START_TEST(test_replace_equals_remove_then_add)
     free(ids);
     riblt_sketch_destroy(a);
     riblt_sketch_destroy(b);
+}
+END_TEST
+
+/*
+ * The walks compiled for SSE4.1 (where the CPU has it) and the portable
+ * ones touch the same cells with the same values: adds, removes,
+ * replaces and tails alike.
+ */
+START_TEST(test_fast_walks_equal_portable)
+{
+    enum { S = 8192, N = 3000 };
+    uint64_t seed = 77;
+    riblt_sketch *fast = riblt_sketch_create(S),
+                 *port = riblt_sketch_create(S);
+    bool had = riblt_sketch_portable(port);
+    ck_assert(!riblt_sketch_portable(port));
+    riblt_id *ids = malloc(N * sizeof(*ids));
+    for (int i = 0; i < N; i++) {
+        ids[i] = tu_id(&seed);
+        riblt_tail ta, tb;
+        riblt_sketch_add_tail(fast, &ids[i], riblt_hash(&ids[i]), &ta);
+        riblt_sketch_add_tail(port, &ids[i], riblt_hash(&ids[i]), &tb);
+        ck_assert_uint_eq(ta.index, tb.index);
+        ck_assert_uint_eq(ta.steps, tb.steps);
+    }
+    for (int i = 0; i < N; i += 2) {
+        riblt_id fresh = tu_id(&seed);
+        riblt_tail ta, tb;
+        riblt_sketch_replace_tail(fast, &ids[i], riblt_hash(&ids[i]), &fresh,
+                                  riblt_hash(&fresh), &ta);
+        riblt_sketch_replace_tail(port, &ids[i], riblt_hash(&ids[i]), &fresh,
+                                  riblt_hash(&fresh), &tb);
+        ck_assert_uint_eq(ta.index, tb.index);
+        ck_assert_uint_eq(ta.steps, tb.steps);
+        riblt_sketch_remove(fast, &ids[i + 1]);
+        riblt_sketch_remove(port, &ids[i + 1]);
+    }
+    ck_assert_int_eq(memcmp(riblt_sketch_cells(fast), riblt_sketch_cells(port),
+                            S * sizeof(riblt_symbol)),
+                     0);
+    /* Says which code ran, so a log shows whether the comparison had two
+     * sides on this machine. */
+    printf("sketch walks: %s\n", had ? "SSE4.1 and portable compared"
+                                     : "portable only (no SSE4.1 here)");
+    free(ids);
+    riblt_sketch_destroy(fast);
+    riblt_sketch_destroy(port);
 }
 END_TEST
 
@@ -225,6 +273,7 @@ static Suite *sketch_suite(void)
     tcase_add_test(tc, test_sketch_equals_encoder_prefix);
     tcase_add_test(tc, test_add_then_remove_is_zero);
     tcase_add_test(tc, test_replace_equals_remove_then_add);
+    tcase_add_test(tc, test_fast_walks_equal_portable);
     tcase_add_test(tc, test_tails_continue_the_stream);
     tcase_add_test(tc, test_subtract_decodes_difference);
     tcase_add_test(tc, test_too_short_sketch);
