@@ -36,8 +36,8 @@ static void advance(fake_clock *c, uint64_t secs)
 /* A store with a record table of rec_bytes (see store_options). */
 #define KEY_TABLE_ROOM ((1u << 14) * sizeof(void *))
 
-static store *mk_rec(fake_clock *c, uint32_t node, size_t limit,
-                     size_t rec_bytes)
+static store *mk_sketch(fake_clock *c, uint32_t node, size_t limit,
+                        size_t rec_bytes, size_t sketch_symbols)
 {
     store_options o;
     int err = 99;
@@ -49,7 +49,7 @@ static store *mk_rec(fake_clock *c, uint32_t node, size_t limit,
      * against the limit too: with a limit, 2^14 buckets (4 a stripe), which
      * the few hundred items a limited test holds never make grow. */
     o.memory_limit = limit ? limit + KEY_TABLE_ROOM : 0;
-    o.sketch_symbols = 256;
+    o.sketch_symbols = sketch_symbols;
     o.hash_power = limit ? 14 : 8;
     o.tombstone_grace = 100;
     o.evict_record_bytes = rec_bytes;
@@ -59,6 +59,12 @@ static store *mk_rec(fake_clock *c, uint32_t node, size_t limit,
     ck_assert_ptr_nonnull(s);
     ck_assert_int_eq(err, STORE_OK);
     return s;
+}
+
+static store *mk_rec(fake_clock *c, uint32_t node, size_t limit,
+                     size_t rec_bytes)
+{
+    return mk_sketch(c, node, limit, rec_bytes, 256);
 }
 
 /* A store without records: evictions leave nothing (a lone node). */
@@ -1710,19 +1716,7 @@ END_TEST
 START_TEST(test_no_sketch)
 {
     fake_clock c = {T0};
-    store_options o;
-    int err = 99;
-    store_options_default(&o);
-    o.node_id = 1;
-    o.memory_limit = 64 * 1024 + KEY_TABLE_ROOM;
-    o.hash_power = 14;
-    o.tombstone_grace = 100;
-    o.sketch_symbols = 0;
-    o.clock = fake_now;
-    o.clock_arg = &c;
-    store *none = store_create(&o, &err);
-    ck_assert_ptr_nonnull(none);
-    ck_assert_int_eq(err, STORE_OK);
+    store *none = mk_sketch(&c, 1, 64 * 1024, 0, 0);
     ck_assert_uint_eq(store_sketch_symbols(none), 0);
     store *with = mk(&c, 1, 64 * 1024);
     ck_assert_uint_eq(store_sketch_symbols(with), 256);
