@@ -1,13 +1,13 @@
 """Three nodes replicate every kind of write: set, delete, flush_all,
 incr, append, touch, all made on one node and read on the others."""
 
-import os
 import time
 import unittest
 
 from pymemcache.client.base import Client
 
 import cluster
+import harness
 from cluster import Cluster, wait_until
 
 NKEYS = 1000
@@ -57,11 +57,7 @@ class Replication(unittest.TestCase):
                                                        self.cl.logs()))
 
     def test_0_replication_thread_named(self):
-        pid = self.cl.nodes[0].proc.pid
-        names = []
-        for tid in os.listdir("/proc/%d/task" % pid):
-            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
-                names.append(f.read().strip())
+        names = harness.thread_names(self.cl.nodes[0].proc.pid)
         self.assertEqual(names.count("rc-repl"), 1, names)
 
     def test_1_sets_and_deletes(self):

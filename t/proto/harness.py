@@ -247,6 +247,31 @@ class Server:
         return 0
 
 
+def task_files(pid, name):
+    """The contents of /proc/PID/task/TID/<name> for each thread of pid
+    (threads that end meanwhile are left out)."""
+    out = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/%s" % (pid, tid, name)) as f:
+                out.append(f.read())
+        except OSError:
+            pass
+    return out
+
+
+def thread_names(pid):
+    """The names of process pid's threads (as top -H shows them)."""
+    return [c.strip() for c in task_files(pid, "comm")]
+
+
+def cpu_wait_s(pid):
+    """Seconds the threads of process pid have waited for a CPU so far
+    (schedstat's second field)."""
+    return sum(int(st.split()[1]) for st in task_files(pid, "schedstat")
+               if len(st.split()) > 1) / 1e9
+
+
 def sanitized():
     """True for an AddressSanitizer build (CI runs both kinds)."""
     with open(SERVER, "rb") as f:

@@ -229,19 +229,6 @@ class LongLines(unittest.TestCase):
                 b"CLIENT_ERROR bad command line format\r\nMN\r\n"), got)
 
 
-def run_delay_s(pid):
-    """Seconds the threads of process pid have waited for a CPU
-    (/proc/PID/task/TID/schedstat, second field)."""
-    total = 0
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                total += int(f.read().split()[1])
-        except (OSError, IndexError, ValueError):
-            pass
-    return total / 1e9
-
-
 class WorkerNaps(unittest.TestCase):
     """The worker naps only after serving clients that pipeline, on
     several connections (server/README.md, worker_loop in worker.c)."""
@@ -284,9 +271,9 @@ class WorkerNaps(unittest.TestCase):
             # Eight connections pipelining: the first read of a round that
             # brings several starts a nap, and the pass after it finds the
             # other connections' batches: about a nap a round.
-            waited = run_delay_s(srv.proc.pid)
+            waited = harness.cpu_wait_s(srv.proc.pid)
             several = self.rounds(srv, 8, 20)
-            waited = run_delay_s(srv.proc.pid) - waited
+            waited = harness.cpu_wait_s(srv.proc.pid) - waited
             # A lone connection pipelining: its naps find only itself, so
             # they become one chance in sixteen, once the average of what
             # naps found has come down from the busy rounds.
@@ -328,10 +315,7 @@ class ThreadNames(unittest.TestCase):
     def test_workers_are_named(self):
         # As memcached names its threads: top -H and ps -L tell them apart.
         with Server(["-t", "3"]) as srv:
-            names = []
-            for tid in os.listdir("/proc/%d/task" % srv.proc.pid):
-                with open("/proc/%d/task/%s/comm" % (srv.proc.pid, tid)) as f:
-                    names.append(f.read().strip())
+            names = harness.thread_names(srv.proc.pid)
             self.assertEqual(names.count("rc-worker"), 3, names)
 
 
