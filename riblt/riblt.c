@@ -482,12 +482,6 @@ static RIBLT_ALWAYS_INLINE void window_walk_body(struct window *w,
 
 #undef WALK_APPLY
 
-static void window_walk_generic(struct window *w, riblt_symbol *out,
-                                uint64_t pos, uint64_t end)
-{
-    window_walk_body(w, out, pos, end);
-}
-
 #if RIBLT_SSE41_WALKS
 RIBLT_TARGET_SSE41 static void window_walk_sse41(struct window *w,
                                                  riblt_symbol *out,
@@ -507,7 +501,7 @@ static void window_walk(struct window *w, riblt_symbol *out, uint64_t pos,
         return;
     }
 #endif
-    window_walk_generic(w, out, pos, end);
+    window_walk_body(w, out, pos, end);
 }
 
 /*
@@ -964,7 +958,7 @@ void riblt_decoder_reset(riblt_decoder *d)
 
 struct riblt_sketch {
     size_t n;
-    bool sse41; /* the walks may use SSE4.1's roundsd (see below) */
+    bool sse41; /* the walks may use SSE4.1 (see "SSE4.1" above) */
     riblt_symbol cells[];
 };
 
@@ -1061,19 +1055,6 @@ static RIBLT_ALWAYS_INLINE void walk2_body(riblt_sketch *sk, const riblt_id *a,
     }
 }
 
-static void walk1_generic(riblt_sketch *sk, const riblt_id *id, uint64_t hash,
-                          int64_t delta, riblt_tail *tail)
-{
-    walk1_body(sk, id, hash, delta, tail);
-}
-
-static void walk2_generic(riblt_sketch *sk, const riblt_id *a, uint64_t ha,
-                          int64_t da, const riblt_id *b, uint64_t hb,
-                          int64_t db, riblt_tail *btail)
-{
-    walk2_body(sk, a, ha, da, b, hb, db, btail);
-}
-
 #if RIBLT_SSE41_WALKS
 RIBLT_TARGET_SSE41 static void walk1_sse41(riblt_sketch *sk,
                                            const riblt_id *id, uint64_t hash,
@@ -1100,7 +1081,7 @@ static void sketch_walk(riblt_sketch *sk, const riblt_id *id, uint64_t hash,
         return;
     }
 #endif
-    walk1_generic(sk, id, hash, delta, tail);
+    walk1_body(sk, id, hash, delta, tail);
 }
 
 static void sketch_walk2(riblt_sketch *sk, const riblt_id *a, uint64_t ha,
@@ -1113,7 +1094,7 @@ static void sketch_walk2(riblt_sketch *sk, const riblt_id *a, uint64_t ha,
         return;
     }
 #endif
-    walk2_generic(sk, a, ha, da, b, hb, db, btail);
+    walk2_body(sk, a, ha, da, b, hb, db, btail);
 }
 
 void riblt_sketch_replace_hashed(riblt_sketch *sk, const riblt_id *old_id,
