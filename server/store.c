@@ -1222,8 +1222,13 @@ static void set_remove(store *s, store_item *it)
         pthread_mutex_unlock(&s->set_lock);
         return;
     }
-    riblt_id id = item_id(it);
-    uint64_t h = sk_hash(s, &id);
+    /* The id (a hash of the key) is for the sketch alone. */
+    riblt_id id = {0, 0};
+    uint64_t h = 0;
+    if (s->sk_symbols != 0) {
+        id = item_id(it);
+        h = riblt_hash(&id);
+    }
     pthread_mutex_lock(&s->set_lock);
     part_count(s, it, p, -1);
     sk_remove(s, p, &id, h);
