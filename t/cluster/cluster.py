@@ -36,14 +36,9 @@ def main():
     harness.main()
 
 
-def sanitized():
-    """True when the binary under test is an ASan/UBSan build (slower, and
-    its allocator keeps freed memory in quarantine)."""
-    try:
-        with open(harness.SERVER, "rb") as f:
-            return b"__asan_init" in f.read()
-    except OSError:
-        return False
+# True when the binary under test is an ASan/UBSan build (slower, and its
+# allocator keeps freed memory in quarantine).
+sanitized = harness.sanitized
 
 
 def wait_until(predicate, timeout, interval=POLL_INTERVAL):
