@@ -219,7 +219,7 @@ enum options_proto {
     X(tombstone_grace, 0, "tombstone-grace", OPTIONS_UINT, "3600", 0,         \
       4294967295ULL,                                                          \
       "seconds deletes and expired items stay reconcilable before sweep")     \
-    X(evict_record_share, 0, "evict-record-share", OPTIONS_UINT, "5", 1, 50,  \
+    X(evict_record_share, 0, "evict-record-share", OPTIONS_UINT, "2", 1, 50,  \
       "percent of -m for records of evicted values (with replication)")       \
     X(sketch_symbols, 0, "sketch-symbols", OPTIONS_UINT, "8192", 1, 16777216, \
       "coded symbols kept in the materialized sketch")                        \

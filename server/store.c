@@ -204,9 +204,9 @@
 #define MAX_STRIPE_BITS 12
 /* Seconds a drop (STORE_KIND_DROP) stays in the set (at most the grace). */
 #define DROP_GRACE 60
-/* The drops' table grows to at most this many entries (352 KiB), or to as
+/* The drops' table grows to at most this many entries (176 KiB), or to as
  * many as the records' table has when that is fewer (see rec_put). */
-#define DROP_MAX_ENTRIES 8192
+#define DROP_MAX_ENTRIES 4096
 /* What a drop's slot costs (the drops' table is an ordered one). */
 #define DROP_ENTRY_BYTES EVREC_ORDERED_ENTRY_BYTES
 /* Ticks beyond this are refused so that ticks + 1 can never wrap. */
@@ -1436,19 +1436,20 @@ static store_item *drop_item(store *s, const evrec_entry *d)
  * them. Growing without that bound, under steady eviction the drops (a
  * minute of evictions) took nearly all of the limit: a node at -m 64 held
  * 40,000 100-byte items instead of 355,000. The bound is one number for
- * every node whose record share reaches it (DROP_MAX_ENTRIES; -m 6 and
+ * every node whose record share reaches it (DROP_MAX_ENTRIES; -m 8 and
  * up by default), not a share of each node's memory: a drop let go early
  * that a peer still holds comes back at the next round and pushes out
  * another, so a small node beside a big one whose table held four times
  * as many drops kept 4 MB/s of rounds going between them for the drops'
  * minute (an ordered table below the other's would still refuse the
  * other's extra drops every round); with equal tables both keep the same.
- * Why 8,192 and not more: since a drop keeps the value it names, a drop
+ * Why 4,096 and not more: since a drop keeps the value it names, a drop
  * let go early costs no node anything, and a smaller bound is one more
  * nodes share (32,768 left -m 8 to -m 23 with smaller tables than their
  * peers', and a -m 8 node beside a -m 32 one never agreed under steady
- * eviction) and less of a small node's memory (1.4 MiB was a sixth of
- * -m 8).
+ * eviction) and less of a small node's memory: 8,192 drops, 352 KiB,
+ * were 4 % of -m 8 and 2 % of -m 16 (replication/README.md, "Evictions
+ * stay local", has the items held with each bound).
  */
 static void rec_put(store *s, const evrec_entry *e, const tnow *t,
                     store_item **note)

@@ -2347,10 +2347,10 @@ START_TEST(test_drops_bounded)
                       sa.curr_items + sa.evicted_records + sa.drops);
     store_destroy(a);
     /* A big record share (2^20 entries) starts its drops' table at the
-     * common bound, 8,192, not at a sixteenth (65,536): the records get
+     * common bound, 4,096, not at a sixteenth (65,536): the records get
      * the rest, and no node's drops' table outgrows another's. */
     store *big = mk_rec(&c, 2, 0, ((size_t)1 << 20) * 36);
-    ck_assert_uint_eq(stats(big).evict_records, ((size_t)1 << 20) - 8192);
+    ck_assert_uint_eq(stats(big).evict_records, ((size_t)1 << 20) - 4096);
     store_destroy(big);
 }
 END_TEST
