@@ -205,6 +205,7 @@ static void conn_closed(void *arg, repl_link *l, int why)
         }
     }
     free(c->snap);
+    free(c->snap_ps);
     repl_encoder_put(r, c->enc);
     free(c->bulk_ids);
     free(c->parts);

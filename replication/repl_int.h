@@ -84,6 +84,9 @@ struct route;
     X(rounds_asked)                                                           \
     X(bulk_transfers)                                                         \
     X(symbols_recv)                                                           \
+    X(psum_terms_recv)                                                        \
+    X(rounds_psum)                                                            \
+    X(psum_fallbacks)                                                         \
     X(diffs_remote)                                                           \
     X(diffs_local)                                                            \
     X(mutations_fetched)                                                      \
@@ -122,6 +125,7 @@ struct pstats {
 #define REPL_NODE_COUNTERS(X)                                                 \
     X(served_symbol_requests)                                                 \
     X(served_symbols)                                                         \
+    X(served_psum_terms)                                                      \
     X(served_fetches)                                                         \
     X(served_bulk)                                                            \
     X(served_walks)                                                           \
@@ -166,6 +170,10 @@ struct conn {
     int64_t snap_size;
     bool walk;
     riblt_encoder *enc;
+    /* responder: the snapshot's power sums (RIBLT_PSUM_SIZE terms, then
+     * the RIBLT_PSUM_TERMS of their sum), valid while snap_ps_ok */
+    riblt_id *snap_ps;
+    bool snap_ps_ok;
     /* responder: when the peer's current round began (0 = none) */
     uint64_t serving_since_ns;
     /* responder: the partitions of the current round (ring_gen: the ring
@@ -184,13 +192,38 @@ struct conn {
     struct conn *next; /* incoming list */
 };
 
+/*
+ * The power-sum phase of a round (repl_psum.c): the terms of both sides
+ * and of their difference, per bucket and then the sum of the buckets
+ * (index RIBLT_PSUM_BUCKETS), and the ids decoded so far. Kept with the
+ * peer across rounds (9 KiB); reset by each round.
+ */
+#define PSUM_SLOTS (RIBLT_PSUM_BUCKETS + 1)
+struct psum_round {
+    bool on;           /* the round is in its power-sum phase */
+    bool failed;       /* given up: R-IBLT once the replies in flight are in */
+    bool buckets;      /* past the sum of the buckets: bucket by bucket */
+    bool own_ok;       /* own holds the round's snapshot */
+    unsigned inflight; /* PSUMS_REQ sent, not answered yet */
+    riblt_symbol diff0; /* coded symbol 0 of the difference: the check */
+    int64_t remote_size;
+    uint8_t have[PSUM_SLOTS]; /* terms received, per slot */
+    uint16_t done;            /* buckets decoded (bits) */
+    size_t nfound;
+    riblt_id own[PSUM_SLOTS * RIBLT_PSUM_TERMS];
+    riblt_id diff[PSUM_SLOTS * RIBLT_PSUM_TERMS];
+    riblt_id found[RIBLT_PSUM_BUCKETS * (RIBLT_PSUM_TERMS - 1)];
+};
+
 /* Initiator state of one round with a peer. */
 struct round {
     bool active;
     bool bulk;
     uint64_t started_ns;
-    bool walk;         /* restarted over walks of both sets */
-    riblt_symbol *own; /* own sketch snapshot */
+    bool walk;             /* restarted over walks of both sets */
+    riblt_symbol *own;     /* own sketch snapshot */
+    struct psum_round *ps; /* own power sums and the phase; NULL until a
+                              round first has them */
     int64_t own_size;
     riblt_encoder *own_enc; /* own stream when walked */
     riblt_decoder *dec;
@@ -458,6 +491,23 @@ void repl_round_start(struct repl *r, struct peer *p);
 void repl_round_reset(struct peer *p);
 void repl_round_fail(struct peer *p, const char *why);
 int repl_on_reply(struct conn *c, const repl_frame *f);
+/* Ends the decoding: pushes the ids only we hold, fetches those only the
+ * peer holds (checked against our journal first). */
+int repl_round_exchange(struct repl *r, struct peer *p, const riblt_id *remote,
+                        size_t nr, const riblt_id *local, size_t nl);
+/* Goes on with R-IBLT symbols after symbol 0 (the power sums gave up). */
+int repl_round_more_symbols(struct repl *r, struct peer *p);
+
+/* ==================================================== repl_psum.c */
+
+/* After symbol 0 left the difference undecoded: 1 when the power-sum
+ * phase began, 0 when it cannot cover the difference (go on with R-IBLT),
+ * -1 when a send failed. */
+int repl_psum_begin(struct repl *r, struct peer *p, const riblt_symbol *diff0,
+                    int64_t remote_size);
+/* A PSUMS reply on an outgoing connection. */
+int repl_psum_on_reply(struct repl *r, struct peer *p, const uint8_t *q,
+                       size_t len);
 
 /* ==================================================== repl_push.c */
 

@@ -28,6 +28,7 @@ void repl_peer_free(struct peer *p)
         repl_conn_free(p->conn);
     repl_round_reset(p);
     free(p->round.own);
+    free(p->round.ps);
     free(p->round.diffs);
     free(p->round.wanted);
     free(p->round.parts);

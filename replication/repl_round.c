@@ -27,6 +27,10 @@ void repl_round_reset(struct peer *p)
     rd->nwanted = 0;
     rd->fetch_frames = 0;
     rd->decoded = 0;
+    if (rd->ps) {
+        rd->ps->on = false;
+        rd->ps->own_ok = false;
+    }
     repl_encoder_put(p->r, rd->own_enc);
     rd->own_enc = NULL;
     /* What a round grew for a big difference goes with it: a decoder
@@ -160,9 +164,19 @@ void repl_round_start(struct repl *r, struct peer *p)
     rd->started_ns = repl_now_ns();
     rd->gen = r->ring_gen;
     rd->nparts = repl_round_parts(r, p->node_id, rd->parts);
-    if (store_sketch_read_parts(r->s, rd->parts, rd->nparts, 0, rd->own, r->S,
-                                &rd->own_size) != STORE_OK)
+    /* Power sums from the same reads as the sketch: a psum phase checks
+     * its result against symbol 0. */
+    if (store_has_psums(r->s) && !rd->ps)
+        rd->ps = malloc(sizeof(*rd->ps));
+    riblt_id *own_ps =
+        store_has_psums(r->s) ? (rd->ps ? rd->ps->own : NULL) : NULL;
+    if (store_sketch_snapshot_parts(r->s, rd->parts, rd->nparts, rd->own, r->S,
+                                    own_ps, &rd->own_size) != STORE_OK)
         return;
+    if (own_ps) {
+        riblt_psum_combine(own_ps, own_ps + RIBLT_PSUM_SIZE);
+        rd->ps->own_ok = true;
+    }
     rd->active = true;
     PST_ADD(&p->st, rounds, 1);
     if (request_symbols(p, 0, BATCH_FIRST, 0) != 0)
@@ -223,16 +237,23 @@ static int cmp_id(const void *a, const void *b)
     return memcmp(a, b, sizeof(riblt_id));
 }
 
-/*
- * The decoder finished: push what only we hold, fetch what only the peer
- * holds. Ids are checked against our journal first (invariant 7).
- */
+/* The decoder finished: exchange what it found. */
 static int round_exchange(struct repl *r, struct peer *p)
 {
-    struct round *rd = &p->round;
     size_t nr, nl;
-    const riblt_id *remote = riblt_decoder_remote(rd->dec, &nr);
-    const riblt_id *local = riblt_decoder_local(rd->dec, &nl);
+    const riblt_id *remote = riblt_decoder_remote(p->round.dec, &nr);
+    const riblt_id *local = riblt_decoder_local(p->round.dec, &nl);
+    return repl_round_exchange(r, p, remote, nr, local, nl);
+}
+
+/*
+ * Push what only we hold, fetch what only the peer holds. Ids are checked
+ * against our journal first (invariant 7).
+ */
+int repl_round_exchange(struct repl *r, struct peer *p, const riblt_id *remote,
+                        size_t nr, const riblt_id *local, size_t nl)
+{
+    struct round *rd = &p->round;
     PST_ADD(&p->st, diffs_remote, nr);
     PST_ADD(&p->st, diffs_local, nl);
     rd->decoded = nr + nl;
@@ -309,6 +330,9 @@ static uint64_t next_batch(const struct round *rd, uint64_t received,
     }
     return count > BATCH_MAX ? BATCH_MAX : count;
 }
+
+static int more_symbols(struct repl *r, struct peer *p, uint64_t next,
+                        int64_t rsize);
 
 static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
                       size_t len)
@@ -397,7 +421,26 @@ static int on_symbols(struct repl *r, struct peer *p, const uint8_t *q,
         repl_round_fail(p, "inconsistent symbols");
         return 0;
     }
-    uint64_t next = offset + n;
+    /* A small difference: power sums cost half a symbol a difference
+     * where R-IBLT's first symbols cost 1.6-1.75. */
+    if (offset == 0 && !rd->walk && n == 1) {
+        int begun = repl_psum_begin(r, p, &rd->diffs[0], rsize);
+        if (begun != 0)
+            return begun < 0 ? -1 : 0;
+    }
+    return more_symbols(r, p, offset + n, rsize);
+}
+
+int repl_round_more_symbols(struct repl *r, struct peer *p)
+{
+    return more_symbols(r, p, p->round.ndiffs, p->round.ps->remote_size);
+}
+
+/* Asks for the symbols after the first `next`, or walks, or gives up. */
+static int more_symbols(struct repl *r, struct peer *p, uint64_t next,
+                        int64_t rsize)
+{
+    struct round *rd = &p->round;
     if (next >= r->o.max_symbols) {
         /* Past the cap: the next round with this peer pulls a bulk
          * transfer, which has no cap. */
@@ -487,6 +530,8 @@ int repl_on_reply(struct conn *c, const repl_frame *f)
         return on_symbols(c->r, p, f->payload, f->length);
     case REPL_MSG_MUTATIONS:
         return on_mutations(c->r, p, f->payload, f->length);
+    case REPL_MSG_PSUMS:
+        return repl_psum_on_reply(c->r, p, f->payload, f->length);
     case REPL_MSG_PONG:
         if (f->length != 8)
             return -1;

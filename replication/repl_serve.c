@@ -135,6 +135,7 @@ static int round_open(struct conn *c, const repl_wire_symbols_req *req)
     repl_encoder_put(r, c->enc);
     c->enc = NULL;
     c->walk = (req->flags & REPL_SYMBOLS_WALK) != 0;
+    c->snap_ps_ok = false;
     if (c->walk) {
         int64_t hint = 0;
         store_sketch_read_parts(r->s, c->parts, c->nparts, 0, NULL, 0, &hint);
@@ -145,9 +146,18 @@ static int round_open(struct conn *c, const repl_wire_symbols_req *req)
     } else {
         if (!c->snap && !(c->snap = malloc(r->S * sizeof(riblt_symbol))))
             return -1;
-        if (store_sketch_read_parts(r->s, c->parts, c->nparts, 0, c->snap,
-                                    r->S, &c->snap_size) != STORE_OK)
+        /* The power sums come from the same reads as the sketch: the
+         * initiator checks what it decodes from them against symbol 0. */
+        if (store_has_psums(r->s) && !c->snap_ps)
+            c->snap_ps = malloc((RIBLT_PSUM_SIZE + RIBLT_PSUM_TERMS) *
+                                sizeof(riblt_id));
+        riblt_id *ps = store_has_psums(r->s) ? c->snap_ps : NULL;
+        if (store_sketch_snapshot_parts(r->s, c->parts, c->nparts, c->snap,
+                                        r->S, ps, &c->snap_size) != STORE_OK)
             return -1;
+        if (ps)
+            riblt_psum_combine(ps, ps + RIBLT_PSUM_SIZE);
+        c->snap_ps_ok = ps != NULL;
     }
     c->serving_since_ns = now;
     return 0;
@@ -193,6 +203,34 @@ static int serve_symbols(struct conn *c, const uint8_t *p, size_t len)
     PST_ADD(&r->st, served_symbol_requests, 1);
     PST_ADD(&r->st, served_symbols, count);
     return repl_conn_send(c, REPL_MSG_SYMBOLS, (uint32_t)body);
+}
+
+/* Terms of the round's power sums, from the snapshot its sketch was read
+ * with; none (count 0) when this node keeps no power sums. */
+static int serve_psums(struct conn *c, const uint8_t *p, size_t len)
+{
+    struct repl *r = c->r;
+    repl_wire_psums req;
+    if (repl_wire_get_psums_req(p, len, &req) != REPL_WIRE_OK ||
+        c->serving_since_ns == 0 || c->walk)
+        return -1;
+    unsigned count = c->snap_ps_ok ? req.count : 0;
+    size_t body =
+        REPL_WIRE_PSUMS_FIXED + (size_t)count * RIBLT_PSUM_TERM_WIRE_SIZE;
+    if (!repl_scratch_fit(r, body))
+        return -1;
+    uint8_t *out = repl_payload_area(r);
+    size_t at =
+        repl_wire_put_psums_head(out, req.bucket, req.first, (uint8_t)count);
+    size_t slot =
+        req.bucket == REPL_PSUMS_ALL ? RIBLT_PSUM_BUCKETS : req.bucket;
+    const riblt_id *t = c->snap_ps_ok
+                            ? c->snap_ps + slot * RIBLT_PSUM_TERMS + req.first
+                            : NULL;
+    for (unsigned i = 0; i < count; i++)
+        riblt_id_to_bytes(&t[i], out + at + i * RIBLT_PSUM_TERM_WIRE_SIZE);
+    PST_ADD(&r->st, served_psum_terms, count);
+    return repl_conn_send(c, REPL_MSG_PSUMS, (uint32_t)body);
 }
 
 static int serve_fetch(struct conn *c, const uint8_t *p, size_t len)
@@ -257,6 +295,8 @@ int repl_serve(struct conn *c, const repl_frame *f)
         return serve_symbols(c, f->payload, f->length);
     case REPL_MSG_FETCH:
         return serve_fetch(c, f->payload, f->length);
+    case REPL_MSG_PSUMS_REQ:
+        return serve_psums(c, f->payload, f->length);
     case REPL_MSG_BULK_REQ:
         return f->length == 0 ? serve_bulk(c) : -1;
     case REPL_MSG_MUTATIONS: {

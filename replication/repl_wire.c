@@ -566,6 +566,47 @@ int repl_wire_get_symbols(const uint8_t *p, size_t len, repl_wire_symbols *out)
     return REPL_WIRE_OK;
 }
 
+size_t repl_wire_put_psums_head(uint8_t *out, uint8_t bucket, uint8_t first,
+                                uint8_t count)
+{
+    out[0] = bucket;
+    out[1] = first;
+    out[2] = count;
+    return REPL_WIRE_PSUMS_FIXED;
+}
+
+/* The three bytes both messages start with: a bucket that exists and a
+ * range inside a bucket's terms. */
+static int psums_head(const uint8_t *p, repl_wire_psums *out)
+{
+    out->bucket = p[0];
+    out->first = p[1];
+    out->count = p[2];
+    out->terms = p + REPL_WIRE_PSUMS_FIXED;
+    if (out->bucket >= RIBLT_PSUM_BUCKETS && out->bucket != REPL_PSUMS_ALL)
+        return REPL_WIRE_ERR_FORMAT;
+    if ((unsigned)out->first + out->count > RIBLT_PSUM_TERMS)
+        return REPL_WIRE_ERR_FORMAT;
+    return REPL_WIRE_OK;
+}
+
+int repl_wire_get_psums_req(const uint8_t *p, size_t len, repl_wire_psums *out)
+{
+    if (len != REPL_WIRE_PSUMS_FIXED || psums_head(p, out) != REPL_WIRE_OK ||
+        out->count == 0)
+        return REPL_WIRE_ERR_FORMAT;
+    return REPL_WIRE_OK;
+}
+
+int repl_wire_get_psums(const uint8_t *p, size_t len, repl_wire_psums *out)
+{
+    if (len < REPL_WIRE_PSUMS_FIXED || psums_head(p, out) != REPL_WIRE_OK ||
+        len != REPL_WIRE_PSUMS_FIXED +
+                   (size_t)out->count * RIBLT_PSUM_TERM_WIRE_SIZE)
+        return REPL_WIRE_ERR_FORMAT;
+    return REPL_WIRE_OK;
+}
+
 size_t repl_wire_put_info(uint8_t *out, const repl_wire_info *in)
 {
     repl_wire_put_u32(out, in->weight);

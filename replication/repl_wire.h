@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "riblt.h"
+#include "riblt_psum.h"
 #include "store.h"
 
 #define REPL_WIRE_OK 0
@@ -39,8 +40,9 @@ const char *repl_wire_strerror(int rc);
 
 /* 3: mutation records leave out what the receiver derives (id, fresh
  * cas); 4: pushes carry their place in the sender's push log, and RESUME;
- * peers of another version are refused at the handshake. */
-#define REPL_WIRE_VERSION 4
+ * 5: power sums (PSUMS_REQ, PSUMS); peers of another version are refused
+ * at the handshake. */
+#define REPL_WIRE_VERSION 5
 #define REPL_WIRE_HEADER 16
 #define REPL_WIRE_TAG 32
 #define REPL_WIRE_NONCE 32
@@ -83,6 +85,8 @@ enum repl_msg {
     REPL_MSG_REG_REJOIN = 26,    /* incarnation u64 the registry knows */
     REPL_MSG_REG_PING_REQ = 27,  /* token u64, target node u32 */
     REPL_MSG_REG_PING_ACK = 28,  /* token u64, target node u32, ok u8 */
+    REPL_MSG_PSUMS_REQ = 29,     /* bucket u8, first u8, count u8 */
+    REPL_MSG_PSUMS = 30,         /* bucket u8, first u8, count u8, terms */
 };
 
 /* A parsed frame header. */
@@ -358,6 +362,32 @@ size_t repl_wire_put_symbols_head(uint8_t *out, uint64_t offset,
 /* Reads the header; the rest must be whole symbols (n may be 0). */
 int repl_wire_get_symbols(const uint8_t *p, size_t len,
                           repl_wire_symbols *out);
+
+/*
+ * PSUMS_REQ: bucket u8 | first u8 | count u8, asking within an open round
+ * (not a walked one) for terms [first, first + count) of the responder's
+ * power sums (riblt_psum.h), from the snapshot its sketch was read with:
+ * of one bucket (0 .. RIBLT_PSUM_BUCKETS - 1), or of the whole set
+ * (REPL_PSUMS_ALL, riblt_psum_combine). count >= 1 and first + count <=
+ * RIBLT_PSUM_TERMS.
+ * PSUMS: the same three bytes, then count terms of
+ * RIBLT_PSUM_TERM_WIRE_SIZE bytes (riblt_id_to_bytes). A responder that
+ * keeps no power sums answers with count 0 and no terms.
+ */
+#define REPL_WIRE_PSUMS_FIXED 3
+#define REPL_PSUMS_ALL 0xFF
+
+typedef struct repl_wire_psums {
+    uint8_t bucket, first, count;
+    const uint8_t *terms; /* count terms (PSUMS only) */
+} repl_wire_psums;
+
+/* Writes the three bytes; the terms of a PSUMS go after them. */
+size_t repl_wire_put_psums_head(uint8_t *out, uint8_t bucket, uint8_t first,
+                                uint8_t count);
+int repl_wire_get_psums_req(const uint8_t *p, size_t len,
+                            repl_wire_psums *out);
+int repl_wire_get_psums(const uint8_t *p, size_t len, repl_wire_psums *out);
 
 /*
  * INFO: weight u32 | partitions u32 | replicas u32 | client address

@@ -741,6 +741,12 @@ static void start(void)
     /* Only rounds read the sketch: without replication it is not kept. */
     so.sketch_symbols =
         d.opts.repl_port != 0 ? (size_t)d.opts.sketch_symbols : 0;
+    /* Portably a power-sum toggle costs about 16 times what the CPU's
+     * carry-less multiply does (riblt_psum.h): there, they are not kept. */
+    so.psums = d.opts.power_sums && riblt_psum_level() != RIBLT_PSUM_PORTABLE;
+    if (d.opts.power_sums && d.opts.repl_port != 0 && !so.psums)
+        LOG(LOG_LEVEL_INFO, "store",
+            "power sums off: this CPU has no carry-less multiply");
     so.hash_power = (unsigned)d.opts.hashpower_init;
     if (h->store_options != NULL &&
         h->store_options(h->arg, &d.opts, &so, herr, sizeof(herr)) != 0) {

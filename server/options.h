@@ -223,6 +223,9 @@ enum options_proto {
       "percent of -m for records of evicted values (with replication)")       \
     X(sketch_symbols, 0, "sketch-symbols", OPTIONS_UINT, "8192", 1, 16777216, \
       "coded symbols kept in the materialized sketch")                        \
+    X(power_sums, 0, "power-sums", OPTIONS_BOOL_ON, "yes", 0, 0,              \
+      "keep power sums beside the sketch (small differences at half a "       \
+      "symbol each)")                                                         \
     X(hashpower_init, 0, "hashpower", OPTIONS_UINT, "16", 4, 32,              \
       "initial key table size, as a power of two")                            \
     X(sweep_budget, 0, "sweep-budget", OPTIONS_UINT, "10000", 1, 100000000,   \

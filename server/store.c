@@ -542,6 +542,7 @@ static inline uint64_t item_cas(const store_item *it)
  */
 struct part {
     riblt_sketch *sk;
+    riblt_id *ps;       /* power sums (RIBLT_PSUM_SIZE), NULL when not kept */
     uint64_t mutations; /* set entries of this partition */
     uint64_t items;     /* of them, VALUE items */
     uint64_t bytes;     /* their accounted size */
@@ -633,22 +634,33 @@ static inline uint64_t sk_hash(const store *s, const riblt_id *id)
 
 static inline void sk_add(store *s, uint32_t p, const riblt_id *id, uint64_t h)
 {
-    if (s->sk_symbols != 0)
+    if (s->sk_symbols != 0) {
         riblt_sketch_add_hashed(s->parts[p].sk, id, h);
+        if (s->parts[p].ps != NULL)
+            riblt_psum_toggle(s->parts[p].ps, id, h);
+    }
 }
 
 static inline void sk_remove(store *s, uint32_t p, const riblt_id *id,
                              uint64_t h)
 {
-    if (s->sk_symbols != 0)
+    if (s->sk_symbols != 0) {
         riblt_sketch_remove_hashed(s->parts[p].sk, id, h);
+        if (s->parts[p].ps != NULL)
+            riblt_psum_toggle(s->parts[p].ps, id, h);
+    }
 }
 
 static inline void sk_replace(store *s, uint32_t p, const riblt_id *oid,
                               uint64_t oh, const riblt_id *nid, uint64_t nh)
 {
-    if (s->sk_symbols != 0)
+    if (s->sk_symbols != 0) {
         riblt_sketch_replace_hashed(s->parts[p].sk, oid, oh, nid, nh);
+        if (s->parts[p].ps != NULL) {
+            riblt_psum_toggle(s->parts[p].ps, oid, oh);
+            riblt_psum_toggle(s->parts[p].ps, nid, nh);
+        }
+    }
 }
 
 /* One reading of the clocks, taken once per operation. */
@@ -2058,15 +2070,18 @@ void store_options_default(store_options *o)
     o->partition_fn = NULL;
     o->partition_arg = NULL;
     o->partition_sketch_symbols = 256;
+    o->psums = true;
 }
 
 static void parts_free(store *s)
 {
     if (s->parts == NULL)
         return;
-    for (uint32_t p = 0; p < s->nparts; p++)
+    for (uint32_t p = 0; p < s->nparts; p++) {
         if (s->parts[p].sk != NULL)
             riblt_sketch_destroy(s->parts[p].sk);
+        free(s->parts[p].ps);
+    }
     free(s->parts);
     s->parts = NULL;
 }
@@ -2144,9 +2159,13 @@ store *store_create(const store_options *o, int *err)
     s->parts = calloc(s->nparts, sizeof(*s->parts));
     if (s->parts == NULL)
         goto fail;
-    for (uint32_t p = 0; p < s->nparts && s->sk_symbols != 0; p++)
+    for (uint32_t p = 0; p < s->nparts && s->sk_symbols != 0; p++) {
         if ((s->parts[p].sk = riblt_sketch_create(s->sk_symbols)) == NULL)
             goto fail;
+        if (o->psums && (s->parts[p].ps = calloc(RIBLT_PSUM_SIZE,
+                                                 sizeof(riblt_id))) == NULL)
+            goto fail;
+    }
     pthread_mutex_init(&s->set_lock, NULL);
     pthread_mutex_init(&s->evict_lock, NULL);
     pthread_mutex_init(&s->sweep_lock, NULL);
@@ -3200,13 +3219,16 @@ static void symbols_add(riblt_symbol *restrict out,
  * included, and is, every READ_HOLD_SYMBOLS symbols.
  */
 static void sum_parts(store *s, const uint64_t *bits, size_t offset,
-                      riblt_symbol *out, size_t n, int64_t *set_size)
+                      riblt_symbol *out, size_t n, riblt_id *psums,
+                      int64_t *set_size)
 {
     int64_t total = 0;
     size_t held = 0;
 
     if (n != 0)
         memset(out, 0, n * sizeof(*out));
+    if (psums != NULL)
+        memset(psums, 0, RIBLT_PSUM_SIZE * sizeof(*psums));
     pthread_mutex_lock(&s->set_lock);
     for (uint32_t p = 0; p < s->nparts; p++) {
         if (!bit_has(bits, p))
@@ -3218,6 +3240,10 @@ static void sum_parts(store *s, const uint64_t *bits, size_t offset,
         }
         if (n != 0)
             symbols_add(out, riblt_sketch_cells(s->parts[p].sk) + offset, n);
+        if (psums != NULL && s->parts[p].ps != NULL) {
+            riblt_psum_add(psums, s->parts[p].ps, RIBLT_PSUM_SIZE);
+            held += RIBLT_PSUM_SIZE / 2; /* 16-byte terms, 32-byte cells */
+        }
         total += (int64_t)s->parts[p].mutations;
         held += n + 1;
     }
@@ -3239,9 +3265,31 @@ int store_sketch_read_parts(store *s, const uint32_t *parts, size_t nparts,
     r = parts_bitmap(s, parts, nparts, &bits);
     if (r < 0)
         return r;
-    sum_parts(s, bits, offset, out, n, set_size);
+    sum_parts(s, bits, offset, out, n, NULL, set_size);
     free(bits);
     return STORE_OK;
+}
+
+int store_sketch_snapshot_parts(store *s, const uint32_t *parts, size_t nparts,
+                                riblt_symbol *out, size_t n, riblt_id *psums,
+                                int64_t *set_size)
+{
+    uint64_t *bits;
+    int r;
+
+    if (s == NULL || (out == NULL && n != 0) || n > s->sk_symbols)
+        return STORE_ERR_INVAL;
+    r = parts_bitmap(s, parts, nparts, &bits);
+    if (r < 0)
+        return r;
+    sum_parts(s, bits, 0, out, n, psums, set_size);
+    free(bits);
+    return STORE_OK;
+}
+
+bool store_has_psums(const store *s)
+{
+    return s != NULL && s->sk_symbols != 0 && s->parts[0].ps != NULL;
 }
 
 int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
@@ -3259,7 +3307,7 @@ int store_sketch_read(store *s, size_t offset, riblt_symbol *out, size_t n,
         if (bits == NULL)
             return STORE_ERR_NOMEM;
         memset(bits, 0xff, (s->nparts + 63) / 64 * sizeof(*bits));
-        sum_parts(s, bits, offset, out, n, set_size);
+        sum_parts(s, bits, offset, out, n, NULL, set_size);
         free(bits);
         return STORE_OK;
     }

@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "riblt.h"
+#include "riblt_psum.h"
 
 /* Return codes of store operations (>= 0 outcomes, < 0 errors). */
 enum store_rc {
@@ -187,6 +188,11 @@ typedef struct store_options {
     uint32_t (*partition_fn)(void *arg, const char *key, size_t nkey);
     void *partition_arg;
     size_t partition_sketch_symbols; /* default 256 */
+    /* Keep each partition's power sums beside its sketch (riblt_psum.h):
+     * RIBLT_PSUM_SIZE ids (4 KiB) a partition and RIBLT_PSUM_TERMS field
+     * multiplications per id added or taken out. Ignored without a
+     * sketch. Default true. */
+    bool psums;
     /*
      * Bytes of memory_limit given to the records evicted values leave
      * (STORE_KIND_EVICTED) and to drops: a table of evict_record_bytes / 36
@@ -530,6 +536,20 @@ uint32_t store_item_partition(const store *s, const store_item *it);
 int store_sketch_read_parts(store *s, const uint32_t *parts, size_t nparts,
                             size_t offset, riblt_symbol *out, size_t n,
                             int64_t *set_size);
+
+/*
+ * store_sketch_read_parts from offset 0, and the sum of the same
+ * partitions' power-sum tables (riblt_psum.h) into psums (RIBLT_PSUM_SIZE
+ * ids; may be NULL), each partition's read under the same hold as its
+ * sketch: the symbols and the terms are those of one set. A store without
+ * a sketch, or one created with psums false, gives zero terms.
+ */
+int store_sketch_snapshot_parts(store *s, const uint32_t *parts, size_t nparts,
+                                riblt_symbol *out, size_t n, riblt_id *psums,
+                                int64_t *set_size);
+
+/* Whether the store keeps power sums (store_options.psums and a sketch). */
+bool store_has_psums(const store *s);
 
 /*
  * store_journal_tails / store_journal_ids restricted to the mutations of

@@ -5,12 +5,14 @@
  *
  *   bench_riblt [--quick] [--trials N]
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "riblt.h"
+#include "riblt_psum.h"
 
 static uint64_t rng = 0x1234567;
 
@@ -211,6 +213,64 @@ static void decoding(int quick)
     }
 }
 
+/*
+ * Power sums: what a change of the set costs (one toggle), with the CPU's
+ * carry-less multiply and portably, and what decoding one bucket of d ids
+ * from d + 1 terms costs.
+ */
+static void psums(int quick)
+{
+    static riblt_id table[RIBLT_PSUM_SIZE];
+    size_t n = quick ? 100000 : 1000000;
+    riblt_id *ids = malloc(n * sizeof(*ids));
+    uint64_t *h = malloc(n * sizeof(*h));
+    if (ids == NULL || h == NULL)
+        exit(1);
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = next_id();
+        h[i] = riblt_hash(&ids[i]);
+    }
+    printf("power sums: %d terms a bucket, %d buckets\n", RIBLT_PSUM_TERMS,
+           RIBLT_PSUM_BUCKETS);
+    static const char *names[] = {"portable", "PCLMULQDQ", "VPCLMULQDQ"};
+    int best = riblt_psum_level();
+    for (int level = RIBLT_PSUM_PORTABLE; level <= best; level++) {
+        int was = riblt_psum_limit(level);
+        size_t m = level == RIBLT_PSUM_PORTABLE ? n / 20 : n;
+        double t0 = now_s();
+        for (size_t i = 0; i < m; i++)
+            riblt_psum_toggle(table, &ids[i], h[i]);
+        double t1 = now_s();
+        printf("  toggle (%-10s) %8.1f ns per id\n", names[level],
+               (t1 - t0) * 1e9 / (double)m);
+        riblt_psum_limit(was);
+    }
+    static const size_t ds[] = {2, 8, 16, 31};
+    for (size_t k = 0; k < sizeof(ds) / sizeof(ds[0]); k++) {
+        size_t d = ds[k], reps = quick ? 5 : 50;
+        riblt_id t[RIBLT_PSUM_TERMS], out[RIBLT_PSUM_TERMS];
+        double total = 0;
+        int ok = 0;
+        for (size_t r = 0; r < reps; r++) {
+            memset(table, 0, sizeof(table));
+            for (size_t i = 0; i < d; i++)
+                riblt_psum_toggle(table, &ids[r * d + i], h[r * d + i]);
+            riblt_psum_combine(table, t);
+            size_t got;
+            double t0 = now_s();
+            ok += riblt_psum_decode(t, d + 1, out, RIBLT_PSUM_TERMS, &got) ==
+                      RIBLT_OK &&
+                  got == d;
+            total += now_s() - t0;
+        }
+        printf("  decode %2zu ids from %2zu terms: %8.1f us (%d of %zu "
+               "decoded)\n",
+               d, d + 1, total * 1e6 / (double)reps, ok, reps);
+    }
+    free(h);
+    free(ids);
+}
+
 int main(int argc, char **argv)
 {
     int quick = 0, trials = 100;
@@ -231,5 +291,6 @@ int main(int argc, char **argv)
     encoding(quick);
     sketch(quick);
     decoding(quick);
+    psums(quick);
     return 0;
 }

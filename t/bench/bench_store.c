@@ -19,6 +19,7 @@
  *   bench_store [--keys N] [--value B] [--rounds R] [--symbols S]
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +123,7 @@ static double run(void *(*fn)(void *), store *s, char (*keys)[32],
     return (double)ops / (t1 - t0);
 }
 
-static store *make_store(size_t symbols)
+static store *make_store(size_t symbols, bool psums)
 {
     store_options o;
     int err = 0;
@@ -131,6 +132,7 @@ static store *make_store(size_t symbols)
     store_options_default(&o);
     o.memory_limit = 0;
     o.sketch_symbols = symbols;
+    o.psums = psums;
     o.hash_power = 17;
     s = store_create(&o, &err);
     if (s == NULL) {
@@ -247,6 +249,44 @@ static void bench_sketch(size_t nkeys, size_t symbols, unsigned trials)
     riblt_sketch_destroy(sk);
 }
 
+/*
+ * What the power sums cost a write: one thread's overwrites of every key
+ * on a store with them and on one without, taking turns over `trials`
+ * trials so that drift hits both alike. Prints ns per write and the
+ * difference of the medians.
+ */
+static void bench_psums(char (*keys)[32], size_t nkeys, const char *value,
+                        size_t nvalue, size_t symbols, unsigned trials)
+{
+    store *st[2] = {make_store(symbols, false), make_store(symbols, true)};
+    double *ns[2] = {calloc(trials, sizeof(double)),
+                     calloc(trials, sizeof(double))};
+    if (ns[0] == NULL || ns[1] == NULL) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    for (int k = 0; k < 2; k++)
+        run(do_sets, st[k], keys, nkeys, value, nvalue, 1, 1, NULL);
+    for (unsigned t = 0; t < trials; t++)
+        for (int k = 0; k < 2; k++)
+            ns[k][t] = 1e9 / run(do_sets, st[k], keys, nkeys, value, nvalue, 1,
+                                 1, NULL);
+    double med[2];
+    printf("power sums: %zu overwrites x %u trials, 1 thread (ns per "
+           "write)\n",
+           nkeys, trials);
+    for (int k = 0; k < 2; k++) {
+        qsort(ns[k], trials, sizeof(double), cmp_double);
+        med[k] = ns[k][trials / 2];
+        printf("  %-20s median %7.1f  best %7.1f\n",
+               k ? "with power sums" : "without", med[k], ns[k][0]);
+        store_destroy(st[k]);
+        free(ns[k]);
+    }
+    printf("  power sums add %.1f ns a write (%.2fx)\n", med[1] - med[0],
+           med[1] / med[0]);
+}
+
 static void usage(const char *argv0)
 {
     fprintf(stderr,
@@ -291,7 +331,7 @@ int main(int argc, char **argv)
     printf("store: %zu keys, %zu-byte values, %u rounds per run\n", nkeys,
            nvalue, rounds);
     for (unsigned nt = 1; nt <= 2; nt++) {
-        store *s = make_store(symbols);
+        store *s = make_store(symbols, true);
         size_t hits = 0;
         /* The first round fills the table; the timed ones overwrite. */
         run(do_sets, s, keys, nkeys, value, nvalue, nt, 1, NULL);
@@ -305,6 +345,7 @@ int main(int argc, char **argv)
         store_destroy(s);
     }
     bench_sketch(nkeys, symbols, 11);
+    bench_psums(keys, nkeys, value, nvalue, symbols, 11);
     free(value);
     free(keys);
     return 0;

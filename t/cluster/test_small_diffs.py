@@ -1,14 +1,20 @@
-"""Small differences cost few coded symbols end to end. Two nodes, cut
-apart by TCP proxies, each take new keys (DIFF differences in all, split
-between the two sides); after the heal the first round reconciles them.
-The coded symbols both nodes received for it, divided by the differences,
-must stay near R-IBLT's own cost (about 1.35-1.45 at this size): the test
-asserts the median of RUNS runs is at most 1.7 a difference (before the
-round's requests grew by small steps: 1.93), and at least one (a round
-cannot decode d differences from fewer than d symbols: fewer means
-something else carried them). The push log is off (repl_backlog_kb 0):
-with it, the link's return resends the writes each side missed and no
-round has anything to find. Figures are printed."""
+"""Small differences cost little end to end. Two nodes, cut apart by TCP
+proxies, each take new keys (d differences in all, split between the two
+sides); after the heal the first round reconciles them. Its cost is what
+both nodes received for it, in coded symbols: the symbols, plus the
+power-sum terms at half a symbol each (a term is 16 bytes, a symbol 32).
+
+- With power sums (the default), the median of RUNS runs at each d in
+  DIFFS is at most BOUND (1.5) a difference, and at least half of one (a
+  round cannot learn d ids from fewer than d terms), and every run's
+  round was decoded from the terms.
+- With one node keeping none (power_sums no), its peer answers with no
+  terms and the round goes on with R-IBLT: it converges, falls back, and
+  costs what R-IBLT alone does (at most R_BOUND, 1.7, at d = 100).
+
+The push log is off (repl_backlog_kb 0): with it, the link's return
+resends the writes each side missed and no round has anything to find.
+Figures are printed."""
 
 import statistics
 import time
@@ -18,12 +24,34 @@ import cluster
 from cluster import (Cluster, CuttableProxy, free_ports, pipelined_sets,
                      repl_sum, wait_until)
 
-DIFF = 100
-RUNS = 5
-BOUND = 1.7
+DIFFS = (2, 10, 40, 100)
+RUNS = 3
+BOUND = 1.5
+R_BOUND = 1.7
 
 
-def one_run():
+class MixedCluster(Cluster):
+    """A cluster whose node i gets per_node[i] on top of the shared
+    settings."""
+
+    def __init__(self, per_node, **kw):
+        super().__init__(**kw)
+        self.per_node = per_node
+
+    def settings(self, i, client_ports, peer_ports):
+        s = super().settings(i, client_ports, peer_ports)
+        s.update(self.per_node.get(i, {}))
+        return s
+
+
+def cost(st):
+    """Coded symbols, power-sum terms, rounds decoded from the terms, and
+    rounds that gave the terms up."""
+    return (repl_sum(st, "symbols_recv"), repl_sum(st, "psum_terms_recv"),
+            repl_sum(st, "rounds_psum"), repl_sum(st, "psum_fallbacks"))
+
+
+def one_run(diff, per_node=None):
     ports = free_ports(4)
     cp, pp = ports[:2], ports[2:]
     proxies = [CuttableProxy(p) for p in pp]
@@ -34,8 +62,9 @@ def one_run():
         return "127.0.0.1:%d,127.0.0.1:%d" % (proxies[0].port, pp[1])
     # A long period: after the heal, the round the link's return starts
     # is the only one that finds differences before the count is taken.
-    cl = Cluster(2, peers_for=peers_for, ports=(cp, pp),
-                 extra={"repl_period_ms": 2000, "repl_backlog_kb": 0})
+    cl = MixedCluster(per_node or {}, n=2, peers_for=peers_for,
+                      ports=(cp, pp),
+                      extra={"repl_period_ms": 2000, "repl_backlog_kb": 0})
     try:
         cl.start()
         if not cl.wait_connected():
@@ -48,19 +77,19 @@ def one_run():
             p.cut()
         time.sleep(0.2)
         pipelined_sets(cl[0].port,
-                       [b"a:%05d" % i for i in range(DIFF - DIFF // 2)], b"x")
-        pipelined_sets(cl[1].port, [b"b:%05d" % i for i in range(DIFF // 2)],
+                       [b"a:%05d" % i for i in range(diff - diff // 2)], b"x")
+        pipelined_sets(cl[1].port, [b"b:%05d" % i for i in range(diff // 2)],
                        b"y")
         time.sleep(0.3)
-        before = sum(repl_sum(n.repl_stats(), "symbols_recv")
-                     for n in cl.nodes)
+        before = [cost(n.repl_stats()) for n in cl.nodes]
         for p in proxies:
             p.heal()
-        if not wait_until(lambda: all(n.curr_items() == 1000 + DIFF
+        if not wait_until(lambda: all(n.curr_items() == 1000 + diff
                                       for n in cl.nodes), 20):
             raise AssertionError(cl.logs())
-        return sum(repl_sum(n.repl_stats(), "symbols_recv")
-                   for n in cl.nodes) - before
+        after = [cost(n.repl_stats()) for n in cl.nodes]
+        return tuple(sum(a[i] - b[i] for a, b in zip(after, before))
+                     for i in range(4))
     finally:
         try:
             cl.close()
@@ -69,13 +98,32 @@ def one_run():
                 p.close()
 
 
+def symbols(run):
+    return run[0] + run[1] / 2
+
+
 class SmallDiffs(unittest.TestCase):
     def test_symbols_per_difference(self):
-        counts = [one_run() for _ in range(RUNS)]
-        per = statistics.median(counts) / DIFF
-        print("\n%d differences: %s coded symbols, median %.2f a difference"
-              % (DIFF, counts, per), flush=True)
-        self.assertLessEqual(per, BOUND)
+        for diff in DIFFS:
+            runs = [one_run(diff) for _ in range(RUNS)]
+            per = statistics.median(symbols(r) for r in runs) / diff
+            print("\n%d differences: %s (symbols, terms, rounds by terms, "
+                  "fallbacks); median %.2f symbols a difference"
+                  % (diff, runs, per), flush=True)
+            self.assertLessEqual(per, BOUND)
+            self.assertGreaterEqual(per, 0.5)
+            for r in runs:
+                self.assertGreaterEqual(r[2], 1, runs)
+
+    def test_peer_without_power_sums(self):
+        diff = 100
+        run = one_run(diff, {1: {"power_sums": "no"}})
+        per = symbols(run) / diff
+        print("\n%d differences, node 2 without power sums: %s; %.2f symbols "
+              "a difference" % (diff, run, per), flush=True)
+        self.assertEqual(run[2], 0, run)
+        self.assertGreaterEqual(run[3], 1, run)
+        self.assertLessEqual(per, R_BOUND)
         self.assertGreaterEqual(per, 1.0)
 
 

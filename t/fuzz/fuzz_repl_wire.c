@@ -213,6 +213,52 @@ static void parse_bodies(const uint8_t *p, size_t len, uint8_t *scratch,
         size_t w = repl_wire_put_info(scratch, &info);
         same_bytes(p, scratch, len, w);
     }
+
+    /* PSUMS_REQ and PSUMS: the head, and the terms through the decoder,
+     * whose result must have exactly those terms. */
+    repl_wire_psums ps;
+    bool head_ok = len >= REPL_WIRE_PSUMS_FIXED &&
+                   (p[0] < RIBLT_PSUM_BUCKETS || p[0] == REPL_PSUMS_ALL) &&
+                   (unsigned)p[1] + p[2] <= RIBLT_PSUM_TERMS;
+    rc = repl_wire_get_psums_req(p, len, &ps);
+    if ((rc == REPL_WIRE_OK) !=
+        (head_ok && len == REPL_WIRE_PSUMS_FIXED && p[2] != 0)) {
+        abort();
+    }
+    rc = repl_wire_get_psums(p, len, &ps);
+    if ((rc == REPL_WIRE_OK) !=
+        (head_ok && len == REPL_WIRE_PSUMS_FIXED +
+                               (size_t)p[2] * RIBLT_PSUM_TERM_WIRE_SIZE)) {
+        abort();
+    }
+    if (rc == REPL_WIRE_OK) {
+        size_t w =
+            repl_wire_put_psums_head(scratch, ps.bucket, ps.first, ps.count);
+        same_bytes(p, scratch, REPL_WIRE_PSUMS_FIXED, w);
+        riblt_id terms[RIBLT_PSUM_TERMS], found[RIBLT_PSUM_TERMS];
+        for (unsigned i = 0; i < ps.count; i++) {
+            riblt_id_from_bytes(&terms[i],
+                                ps.terms + i * RIBLT_PSUM_TERM_WIRE_SIZE);
+        }
+        size_t n = 0;
+        rc = riblt_psum_decode(terms, ps.count, found, RIBLT_PSUM_TERMS, &n);
+        if (rc != RIBLT_OK && rc != RIBLT_NEED_MORE) {
+            abort();
+        }
+        if (rc == RIBLT_OK) {
+            /* Every found id, taken as one bucket: the same terms. */
+            riblt_id table[RIBLT_PSUM_SIZE], sum[RIBLT_PSUM_TERMS];
+            memset(table, 0, sizeof(table));
+            for (size_t i = 0; i < n; i++) {
+                riblt_psum_toggle(table, &found[i], 0);
+            }
+            riblt_psum_combine(table, sum);
+            if (n >= ps.count ||
+                memcmp(sum, terms, ps.count * sizeof(riblt_id)) != 0) {
+                abort();
+            }
+        }
+    }
 }
 
 /* Parses a stream of frames from buf; returns the payloads' records. */
@@ -308,7 +354,8 @@ static size_t batch(uint8_t *p, size_t cap)
  * The seed corpus: a handshake frame, an authenticated MUTATIONS frame
  * under the target's session key, raw records, the input form that the
  * target itself wraps into a frame, and SYMBOLS_REQ (with and without the
- * ring part) and INFO frames. Usage: seeds <dir>.
+ * ring part) and INFO frames, and PSUMS_REQ and PSUMS in the input form.
+ * Usage: seeds <dir>.
  */
 int main(int argc, char **argv)
 {
@@ -355,6 +402,23 @@ int main(int argc, char **argv)
     n = repl_wire_build(frame, sizeof(frame), REPL_MSG_INFO, 0, payload,
                         (uint32_t)len, fuzz_key);
     write_seed(argv[1], "info", frame, (size_t)n);
+
+    /* A PSUMS_REQ, and a PSUMS carrying the first three terms of the sum
+     * of a two-id set's buckets (which decode), wrapped. */
+    in[0] = REPL_MSG_PSUMS_REQ;
+    len = repl_wire_put_psums_head(in + 1, REPL_PSUMS_ALL, 0, 3);
+    write_seed(argv[1], "psums_req_wrapped", in, len + 1);
+    static riblt_id table[RIBLT_PSUM_SIZE];
+    riblt_id two[2] = {{0x1234, 0x5678}, {0x9abc, 0xdef0}},
+             t[RIBLT_PSUM_TERMS];
+    for (int i = 0; i < 2; i++)
+        riblt_psum_toggle(table, &two[i], riblt_hash(&two[i]));
+    riblt_psum_combine(table, t);
+    in[0] = REPL_MSG_PSUMS;
+    len = repl_wire_put_psums_head(in + 1, REPL_PSUMS_ALL, 0, 3);
+    for (int i = 0; i < 3; i++)
+        riblt_id_to_bytes(&t[i], in + 1 + len + 16 * (size_t)i);
+    write_seed(argv[1], "psums_wrapped", in, 1 + len + 48);
     return 0;
 }
 #else

@@ -59,7 +59,7 @@ START_TEST(test_frame_round_trip)
     long n =
         repl_wire_build(buf, sizeof(buf), REPL_MSG_FETCH, 7, payload, 12, key);
     ck_assert_int_eq(n, REPL_WIRE_HEADER + 12 + REPL_WIRE_TAG);
-    ck_assert_int_eq(memcmp(buf, "RB\x04\x0c\x0c\0\0\0\x07\0\0\0\0\0\0\0", 16),
+    ck_assert_int_eq(memcmp(buf, "RB\x05\x0c\x0c\0\0\0\x07\0\0\0\0\0\0\0", 16),
                      0);
     repl_frame f;
     size_t used = 0;
@@ -270,6 +270,42 @@ START_TEST(test_push_position)
 }
 END_TEST
 
+/* PSUMS_REQ and PSUMS: the exact bytes, and every malformed head refused. */
+START_TEST(test_psums_messages)
+{
+    uint8_t b[3 + 2 * RIBLT_PSUM_TERM_WIRE_SIZE];
+    repl_wire_psums w;
+
+    ck_assert_uint_eq(repl_wire_put_psums_head(b, REPL_PSUMS_ALL, 4, 2), 3);
+    ck_assert_int_eq(memcmp(b, "\xff\x04\x02", 3), 0);
+    ck_assert_int_eq(repl_wire_get_psums_req(b, 3, &w), REPL_WIRE_OK);
+    ck_assert_uint_eq(w.bucket, REPL_PSUMS_ALL);
+    ck_assert_uint_eq(w.first, 4);
+    ck_assert_uint_eq(w.count, 2);
+    /* A request is exactly three bytes; a reply carries count terms. */
+    ck_assert_int_eq(repl_wire_get_psums_req(b, 4, &w), REPL_WIRE_ERR_FORMAT);
+    ck_assert_int_eq(repl_wire_get_psums(b, 3, &w), REPL_WIRE_ERR_FORMAT);
+    riblt_id t = {0x0123456789abcdefULL, 0xfedcba9876543210ULL};
+    riblt_id_to_bytes(&t, b + 3);
+    riblt_id_to_bytes(&t, b + 3 + RIBLT_PSUM_TERM_WIRE_SIZE);
+    ck_assert_int_eq(repl_wire_get_psums(b, sizeof(b), &w), REPL_WIRE_OK);
+    ck_assert_ptr_eq(w.terms, b + 3);
+    ck_assert_int_eq(repl_wire_get_psums(b, sizeof(b) - 1, &w),
+                     REPL_WIRE_ERR_FORMAT);
+    /* "none kept": a reply of count 0, which no request may be */
+    repl_wire_put_psums_head(b, 7, 0, 0);
+    ck_assert_int_eq(repl_wire_get_psums(b, 3, &w), REPL_WIRE_OK);
+    ck_assert_int_eq(repl_wire_get_psums_req(b, 3, &w), REPL_WIRE_ERR_FORMAT);
+    /* no bucket 8; no term 32 */
+    repl_wire_put_psums_head(b, RIBLT_PSUM_BUCKETS, 0, 1);
+    ck_assert_int_eq(repl_wire_get_psums_req(b, 3, &w), REPL_WIRE_ERR_FORMAT);
+    repl_wire_put_psums_head(b, 0, RIBLT_PSUM_TERMS - 1, 2);
+    ck_assert_int_eq(repl_wire_get_psums_req(b, 3, &w), REPL_WIRE_ERR_FORMAT);
+    repl_wire_put_psums_head(b, 0, RIBLT_PSUM_TERMS - 1, 1);
+    ck_assert_int_eq(repl_wire_get_psums_req(b, 3, &w), REPL_WIRE_OK);
+}
+END_TEST
+
 START_TEST(test_mutation_records)
 {
     store_mutation m = {
@@ -414,6 +450,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_bounds_before_buffering);
     tcase_add_test(tc, test_mutation_records);
     tcase_add_test(tc, test_push_position);
+    tcase_add_test(tc, test_psums_messages);
     suite_add_tcase(s, tc);
     return s;
 }

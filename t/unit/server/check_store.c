@@ -635,6 +635,75 @@ START_TEST(test_delete_tombstone)
 }
 END_TEST
 
+/* Toggles every id of the set into a power-sum table (store_journal_ids). */
+static void toggle_id(void *arg, const riblt_id *id)
+{
+    riblt_psum_toggle(arg, id, riblt_hash(id));
+}
+
+/* The power sums a snapshot gives are those of the set's ids, through
+ * writes, overwrites and deletes; a store told not to keep them, or
+ * without a sketch, gives zero terms. */
+START_TEST(test_psums_follow_the_set)
+{
+    fake_clock c = {T0};
+    store *s = mk(&c, 1, 0);
+    char k[16];
+    static riblt_id got[RIBLT_PSUM_SIZE], want[RIBLT_PSUM_SIZE];
+    riblt_symbol sym;
+    int64_t n;
+    uint32_t p0 = 0;
+
+    ck_assert(store_has_psums(s));
+    for (int i = 0; i < 200; i++) {
+        snprintf(k, sizeof(k), "k%d", i);
+        ck_assert_int_eq(set(s, k, "v"), STORE_STORED);
+    }
+    for (int i = 0; i < 50; i++) {
+        snprintf(k, sizeof(k), "k%d", i);
+        ck_assert_int_eq(set(s, k, "w"), STORE_STORED);
+    }
+    for (int i = 50; i < 80; i++) {
+        snprintf(k, sizeof(k), "k%d", i);
+        ck_assert_int_eq(store_delete(s, k, strlen(k), 0), STORE_DELETED);
+    }
+    ck_assert_int_eq(store_sketch_snapshot_parts(s, &p0, 1, &sym, 1, got, &n),
+                     STORE_OK);
+    ck_assert_int_eq(n, 200); /* 170 values, 30 tombstones */
+    memset(want, 0, sizeof(want));
+    ck_assert_uint_eq(store_journal_ids(s, toggle_id, want), 200);
+    ck_assert_mem_eq(got, want, sizeof(want));
+    /* The symbols of the same call are the sketch's own. */
+    riblt_symbol first;
+    ck_assert_int_eq(store_sketch_read(s, 0, &first, 1, NULL), STORE_OK);
+    ck_assert_mem_eq(&sym, &first, sizeof(sym));
+    store_destroy(s);
+
+    store_options o;
+    int err;
+    store_options_default(&o);
+    o.sketch_symbols = 256;
+    o.psums = false;
+    s = store_create(&o, &err);
+    ck_assert_ptr_nonnull(s);
+    ck_assert(!store_has_psums(s));
+    ck_assert_int_eq(set(s, "a", "v"), STORE_STORED);
+    memset(got, 0xff, sizeof(got));
+    ck_assert_int_eq(store_sketch_snapshot_parts(s, &p0, 1, NULL, 0, got, &n),
+                     STORE_OK);
+    memset(want, 0, sizeof(want));
+    ck_assert_mem_eq(got, want, sizeof(want));
+    store_destroy(s);
+
+    o.psums = true;
+    o.sketch_symbols = 0;
+    s = store_create(&o, &err);
+    ck_assert_ptr_nonnull(s);
+    ck_assert(!store_has_psums(s));
+    store_destroy(s);
+}
+END_TEST
+
 START_TEST(test_lww_apply)
 {
     fake_clock c = {T0};
@@ -2743,6 +2812,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_touch_gat);
     tcase_add_test(tc, test_fetched_last_access);
     tcase_add_test(tc, test_delete_tombstone);
+    tcase_add_test(tc, test_psums_follow_the_set);
     tcase_add_test(tc, test_lww_apply);
     tcase_add_test(tc, test_apply_invalid);
     tcase_add_test(tc, test_no_resurrection);
