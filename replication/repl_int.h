@@ -87,6 +87,7 @@ struct route;
     X(psum_terms_recv)                                                        \
     X(rounds_psum)                                                            \
     X(psum_fallbacks)                                                         \
+    X(psum_recent)                                                            \
     X(diffs_remote)                                                           \
     X(diffs_local)                                                            \
     X(mutations_fetched)                                                      \
@@ -207,6 +208,7 @@ struct psum_round {
     unsigned inflight; /* PSUMS_REQ sent, not answered yet */
     riblt_symbol diff0; /* coded symbol 0 of the difference: the check */
     int64_t remote_size;
+    uint64_t snap_ticks;      /* the store's clock when own was read */
     uint8_t have[PSUM_SLOTS]; /* terms received, per slot */
     uint16_t done;            /* buckets decoded (bits) */
     size_t nfound;

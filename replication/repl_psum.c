@@ -66,8 +66,25 @@ static int give_up(struct repl *r, struct peer *p)
     return repl_round_more_symbols(r, p);
 }
 
-/* Every bucket decoded (or the sum did): check against symbol 0, then
- * exchange. Which side holds an id is read off our own set. */
+/*
+ * Writes at most this much older than our snapshot, found by a round's
+ * power sums and held here, are left to push and to the next round
+ * instead of pushed by this one (see finish).
+ */
+#define PSUM_RECENT_NS (50ull * 1000000ull)
+
+/*
+ * Every bucket decoded (or the sum did): check against symbol 0, then
+ * exchange. The terms carry no sign, so which side held an id at the
+ * snapshots is read off our set as it is now. An id we do not hold is
+ * asked for: if the peer no longer holds it either, nothing comes. An id
+ * we hold is pushed, unless its version is later than our snapshot less
+ * PSUM_RECENT_NS: it may have reached us since our snapshot, and the peer
+ * hold it already (a write the peer's snapshot has and ours has not, a
+ * push in flight when the round began). Pushing it would cost the peer a
+ * stale apply; if the peer really lacks it, push brings it, or the next
+ * round, when it is no longer recent.
+ */
 static int finish(struct repl *r, struct peer *p)
 {
     struct psum_round *ps = p->round.ps;
@@ -80,20 +97,32 @@ static int finish(struct repl *r, struct peer *p)
     }
     if (!riblt_id_equal(&sum, &ps->diff0.sum) || hash != ps->diff0.hash)
         return give_up(r, p);
-    /* Local ones first in found, remote ones after: one array, two
-     * views. */
-    size_t nl = 0;
+    /* Ids to push first in found, ids to ask for after them (one array,
+     * two views); recent ones held are dropped from both. */
+    uint64_t cutoff =
+        ps->snap_ticks > PSUM_RECENT_NS ? ps->snap_ticks - PSUM_RECENT_NS : 0;
+    size_t nl = 0, n = 0;
     for (size_t i = 0; i < ps->nfound; i++) {
-        if (store_has(r->s, &ps->found[i])) {
-            riblt_id t = ps->found[nl];
-            ps->found[nl++] = ps->found[i];
-            ps->found[i] = t;
+        riblt_id id = ps->found[i];
+        store_mutation m;
+        store_item *hold = NULL;
+        if (!store_fetch_mutation(r->s, &id, &m, &hold)) {
+            ps->found[n++] = id;
+            continue;
         }
+        bool recent = m.version.ticks > cutoff;
+        store_item_release(hold);
+        if (recent) {
+            PST_ADD(&p->st, psum_recent, 1);
+            continue;
+        }
+        ps->found[n] = ps->found[nl];
+        ps->found[nl++] = id;
+        n++;
     }
     ps->on = false;
     PST_ADD(&p->st, rounds_psum, 1);
-    return repl_round_exchange(r, p, ps->found + nl, ps->nfound - nl,
-                               ps->found, nl);
+    return repl_round_exchange(r, p, ps->found + nl, n - nl, ps->found, nl);
 }
 
 static int begin_buckets(struct repl *r, struct peer *p, uint64_t at_least)

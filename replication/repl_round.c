@@ -170,6 +170,8 @@ void repl_round_start(struct repl *r, struct peer *p)
         rd->ps = malloc(sizeof(*rd->ps));
     riblt_id *own_ps =
         store_has_psums(r->s) ? (rd->ps ? rd->ps->own : NULL) : NULL;
+    if (own_ps)
+        rd->ps->snap_ticks = store_clock_now(r->s).ticks;
     if (store_sketch_snapshot_parts(r->s, rd->parts, rd->nparts, rd->own, r->S,
                                     own_ps, &rd->own_size) != STORE_OK)
         return;

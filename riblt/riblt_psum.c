@@ -205,6 +205,60 @@ TARGET_VPCLMUL static void toggle_vpclmul(gf *t, const gf *id)
         b = mulx2(b, step);
     }
 }
+/* y[j] += c * x[j] and y[j] *= c, for j < n: the loops of the decoder's
+ * polynomial arithmetic, with the products inline. */
+TARGET_CLMUL static void axpy_clmul(gf *y, const gf *c, const gf *x, int n)
+{
+    __m128i cv = _mm_loadu_si128((const __m128i *)(const void *)c);
+    for (int j = 0; j < n; j++) {
+        __m128i *yj = (__m128i *)(void *)&y[j];
+        __m128i m =
+            mulx(cv, _mm_loadu_si128((const __m128i *)(const void *)&x[j]));
+        _mm_storeu_si128(yj, _mm_xor_si128(_mm_loadu_si128(yj), m));
+    }
+}
+
+/* sum of c[j] * s[-j] for j < n (s points at the last term used). */
+TARGET_CLMUL static gf dot_rev_clmul(const gf *c, const gf *s, int n)
+{
+    __m128i acc = _mm_setzero_si128();
+    for (int j = 0; j < n; j++)
+        acc = _mm_xor_si128(
+            acc,
+            mulx(_mm_loadu_si128((const __m128i *)(const void *)&c[j]),
+                 _mm_loadu_si128((const __m128i *)(const void *)(s - j))));
+    gf out;
+    _mm_storeu_si128((__m128i *)(void *)&out, acc);
+    return out;
+}
+
+TARGET_CLMUL static void scale_clmul(gf *y, const gf *c, int n)
+{
+    __m128i cv = _mm_loadu_si128((const __m128i *)(const void *)c);
+    for (int j = 0; j < n; j++) {
+        __m128i *yj = (__m128i *)(void *)&y[j];
+        _mm_storeu_si128(yj, mulx(cv, _mm_loadu_si128(yj)));
+    }
+}
+/* axpy_clmul two coefficients at a time. */
+TARGET_VPCLMUL static void axpy_vpclmul(gf *y, const gf *c, const gf *x, int n)
+{
+    __m128i c1 = _mm_loadu_si128((const __m128i *)(const void *)c);
+    __m256i cv = _mm256_set_m128i(c1, c1);
+    int j = 0;
+    for (; j + 2 <= n; j += 2) {
+        __m256i *yj = (__m256i *)(void *)&y[j];
+        __m256i m = mulx2(
+            cv, _mm256_loadu_si256((const __m256i *)(const void *)&x[j]));
+        _mm256_storeu_si256(yj, _mm256_xor_si256(_mm256_loadu_si256(yj), m));
+    }
+    if (j < n) {
+        __m128i *yj = (__m128i *)(void *)&y[j];
+        __m128i m =
+            mulx(c1, _mm_loadu_si128((const __m128i *)(const void *)&x[j]));
+        _mm_storeu_si128(yj, _mm_xor_si128(_mm_loadu_si128(yj), m));
+    }
+}
 #else
 #define PSUM_CLMUL 0
 static inline bool use_clmul(void)
@@ -234,6 +288,52 @@ static inline gf gf_mul(const gf *a, const gf *b)
         return mul_clmul(a, b);
 #endif
     return mul_portable(a, b);
+}
+
+static void gf_axpy(gf *y, const gf *c, const gf *x, int n)
+{
+#if PSUM_CLMUL
+    if (n >= 4 && use_vpclmul()) {
+        axpy_vpclmul(y, c, x, n);
+        return;
+    }
+    if (use_clmul()) {
+        axpy_clmul(y, c, x, n);
+        return;
+    }
+#endif
+    for (int j = 0; j < n; j++) {
+        gf m = mul_portable(c, &x[j]);
+        y[j].lo ^= m.lo;
+        y[j].hi ^= m.hi;
+    }
+}
+
+static gf gf_dot_rev(const gf *c, const gf *s, int n)
+{
+#if PSUM_CLMUL
+    if (use_clmul())
+        return dot_rev_clmul(c, s, n);
+#endif
+    gf acc = {0, 0};
+    for (int j = 0; j < n; j++) {
+        gf m = mul_portable(&c[j], s - j);
+        acc.lo ^= m.lo;
+        acc.hi ^= m.hi;
+    }
+    return acc;
+}
+
+static void gf_scale(gf *y, const gf *c, int n)
+{
+#if PSUM_CLMUL
+    if (use_clmul()) {
+        scale_clmul(y, c, n);
+        return;
+    }
+#endif
+    for (int j = 0; j < n; j++)
+        y[j] = mul_portable(c, &y[j]);
 }
 
 /* a^(2^128 - 2) = 1 / a for a nonzero a (Fermat): 127 squarings and 126
@@ -297,11 +397,9 @@ void riblt_psum_combine(const riblt_id *table, riblt_id *out)
 
 /*
  * Polynomials over the field, coefficient k of x^k at index k. The
- * locator has degree below RIBLT_PSUM_TERMS; a square before its
- * reduction, at most twice that.
+ * locator has degree below RIBLT_PSUM_TERMS.
  */
 #define DEG_MAX (RIBLT_PSUM_TERMS - 1)
-#define SQ_LEN (2 * DEG_MAX + 1)
 
 /* z (degree dz) modulo the monic f (degree df >= 1), in place: the rest
  * has degree below df. */
@@ -311,24 +409,9 @@ static void poly_mod(gf *z, int dz, const gf *f, int df)
         gf c = z[k];
         if (gf_zero(&c))
             continue;
-        for (int j = 0; j < df; j++) {
-            gf m = gf_mul(&c, &f[j]);
-            z[k - df + j].lo ^= m.lo;
-            z[k - df + j].hi ^= m.hi;
-        }
+        gf_axpy(z + k - df, &c, f, df);
         z[k].lo = z[k].hi = 0;
     }
-}
-
-/* y = y^2 mod f, y of degree below df. In characteristic 2 the square of
- * a sum is the sum of the squares, so only coefficients are squared. */
-static void poly_sqr_mod(gf *y, const gf *f, int df, gf *scratch)
-{
-    memset(scratch, 0, (size_t)(2 * df - 1) * sizeof(gf));
-    for (int k = 0; k < df; k++)
-        scratch[2 * k] = gf_mul(&y[k], &y[k]);
-    poly_mod(scratch, 2 * df - 2, f, df);
-    memcpy(y, scratch, (size_t)df * sizeof(gf));
 }
 
 /* The degree of p (length n), -1 for the zero polynomial. */
@@ -350,16 +433,33 @@ static void poly_monic(gf *p, int d)
     p[d].hi = 0;
 }
 
+/* z (degree dz) modulo b (degree db >= 1, any leading coefficient), up to
+ * a nonzero constant factor: each step scales z by b's leading coefficient
+ * instead of dividing by it, so no inverse is taken. In place. */
+static void poly_prem(gf *z, int dz, const gf *b, int db)
+{
+    const gf *lb = &b[db];
+    for (int k = dz; k >= db; k--) {
+        gf c = z[k];
+        if (gf_zero(&c))
+            continue;
+        gf_scale(z, lb, k);
+        gf_axpy(z + k - db, &c, b, db);
+        z[k].lo = z[k].hi = 0;
+    }
+}
+
 /* g = gcd(a, b), monic, into a (length DEG_MAX + 1 both; a of degree da,
- * b of degree below that; both are clobbered). Returns its degree. */
+ * b of degree below that; both are clobbered). Returns its degree. The
+ * remainders are taken up to constant factors, which a gcd ignores: one
+ * inverse at the end instead of one a step. */
 static int poly_gcd(gf *a, int da, gf *b)
 {
     int db = poly_deg(b, DEG_MAX + 1);
     while (db >= 0) {
-        poly_monic(b, db);
         if (db == 0)
             return 0; /* coprime */
-        poly_mod(a, da, b, db);
+        poly_prem(a, da, b, db);
         int dr = poly_deg(a, db);
         /* (a, b) <- (b, a mod b) */
         for (int k = 0; k <= DEG_MAX; k++) {
@@ -384,11 +484,7 @@ static void poly_div(gf *f, int df, const gf *g, int dg, gf *q)
         q[k - dg] = c;
         if (gf_zero(&c))
             continue;
-        for (int j = 0; j <= dg; j++) {
-            gf m = gf_mul(&c, &g[j]);
-            f[k - dg + j].lo ^= m.lo;
-            f[k - dg + j].hi ^= m.hi;
-        }
+        gf_axpy(f + k - dg, &c, g, dg + 1);
     }
 }
 
@@ -409,10 +505,10 @@ static void poly_div(gf *f, int df, const gf *g, int dg, gf *q)
  */
 struct roots {
     gf frob[128][DEG_MAX + 1];    /* x^(2^i) mod f */
+    gf rk[DEG_MAX][DEG_MAX + 1];  /* x^(2k) mod f, k >= ceil(deg f / 2) */
     gf fac[DEG_MAX][DEG_MAX + 1]; /* the factors found, monic */
     int deg[DEG_MAX];
     int nfac;
-    gf sq[SQ_LEN]; /* poly_sqr_mod's scratch */
     gf t[DEG_MAX + 1], r[DEG_MAX + 1], g[DEG_MAX + 1], q[DEG_MAX + 1];
 };
 
@@ -420,12 +516,39 @@ struct roots {
  * x^(2^128) - x, that is, f is a product of distinct x - z. */
 static bool frobenius(struct roots *rs, const gf *f, int df)
 {
+    /* y^2 = sum of y_k^2 x^(2k): below k0 = ceil(df / 2) the x^(2k) need
+     * no reduction; from k0 on, rk[k - k0] = x^(2k) mod f, computed once
+     * by steps of x. A squaring then costs df squares and df^2 / 2
+     * products, against df^2 for a square reduced term by term. */
+    int k0 = (df + 1) / 2;
+    gf p[DEG_MAX + 1];
+    memset(p, 0, sizeof(p));
+    p[df - 1].lo = 1; /* x^(df - 1) */
+    for (int e = df - 1, k = k0; k < df;) {
+        /* p <- p * x mod f */
+        gf top = p[df - 1];
+        memmove(p + 1, p, (size_t)(df - 1) * sizeof(gf));
+        p[0].lo = p[0].hi = 0;
+        if (!gf_zero(&top))
+            gf_axpy(p, &top, f, df);
+        if (++e == 2 * k)
+            memcpy(rs->rk[k++ - k0], p, sizeof(p));
+    }
     gf u[DEG_MAX + 1];
     memset(u, 0, sizeof(u));
     u[1].lo = 1;
     for (int i = 0; i < 128; i++) {
         memcpy(rs->frob[i], u, sizeof(u));
-        poly_sqr_mod(u, f, df, rs->sq);
+        gf v[DEG_MAX + 1];
+        memset(v, 0, sizeof(v));
+        for (int k = 0; k < k0; k++)
+            v[2 * k] = gf_mul(&u[k], &u[k]);
+        for (int k = k0; k < df; k++) {
+            gf sq = gf_mul(&u[k], &u[k]);
+            if (!gf_zero(&sq))
+                gf_axpy(v, &sq, rs->rk[k - k0], df);
+        }
+        memcpy(u, v, sizeof(u));
     }
     for (int k = 0; k < df; k++)
         if ((k == 1 ? u[k].lo != 1 : u[k].lo != 0) || u[k].hi != 0)
@@ -448,11 +571,7 @@ static bool find_roots(struct roots *rs, const gf *f, int df, gf *out)
                    k >= 64 ? (uint64_t)1 << (k - 64) : 0};
         memset(rs->t, 0, sizeof(rs->t));
         for (int i = 0; i < 128; i++) {
-            for (int j = 0; j < df; j++) {
-                gf m = gf_mul(&beta, &rs->frob[i][j]);
-                rs->t[j].lo ^= m.lo;
-                rs->t[j].hi ^= m.hi;
-            }
+            gf_axpy(rs->t, &beta, rs->frob[i], df);
             beta = gf_mul(&beta, &beta);
         }
         int nfac = rs->nfac;
@@ -516,33 +635,31 @@ int riblt_psum_decode(const riblt_id *terms, size_t n, riblt_id *out,
     memset(B, 0, sizeof(B));
     C[0].lo = B[0].lo = 1;
     gf b = {1, 0};
-    int L = 0, m = 1;
+    int L = 0, m = 1, dc = 0, db = 0; /* dc, db: bounds on the degrees */
     for (int i = 0; i < N; i++) {
         /* C[0] is the scale, not 1: it weighs s[i] too */
-        gf d = {0, 0};
-        for (int j = 0; j <= L; j++) {
-            gf p = gf_mul(&C[j], &s[i - j]);
-            d.lo ^= p.lo;
-            d.hi ^= p.hi;
-        }
+        gf d = gf_dot_rev(C, s + i, L + 1);
         if (gf_zero(&d)) {
             m++;
             continue;
         }
         bool grow = 2 * L <= i;
         if (grow)
-            memcpy(T, C, sizeof(C));
+            memcpy(T, C, (size_t)(dc + 1) * sizeof(gf));
+        int dt = dc;
         /* C <- b C - d x^m B */
-        for (int j = 0; j <= N; j++)
-            C[j] = gf_mul(&b, &C[j]);
-        for (int j = 0; j + m <= N; j++) {
-            gf p = gf_mul(&d, &B[j]);
-            C[j + m].lo ^= p.lo;
-            C[j + m].hi ^= p.hi;
-        }
+        gf_scale(C, &b, dc + 1);
+        gf_axpy(C + m, &d, B, db + 1);
+        if (db + m > dc)
+            dc = db + m;
         if (grow) {
             L = i + 1 - L;
-            memcpy(B, T, sizeof(B));
+            /* L never falls: past n - 1 it cannot end at n - 1 or below */
+            if ((size_t)L > n - 1)
+                return RIBLT_NEED_MORE;
+            memset(B, 0, sizeof(B));
+            memcpy(B, T, (size_t)(dt + 1) * sizeof(gf));
+            db = dt;
             b = d;
             m = 1;
         } else {

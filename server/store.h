@@ -663,7 +663,8 @@ typedef struct store_stats {
 
 void store_get_stats(store *s, store_stats *out);
 
-/* The current hybrid clock reading as a version of this node (for tests). */
+/* The current hybrid clock reading as a version of this node: a version
+ * given after this call is greater (tests; a round's power-sum phase). */
 store_version store_clock_now(store *s);
 
 #endif /* STORE_H */
