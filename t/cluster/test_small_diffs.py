@@ -9,7 +9,8 @@ power-sum terms at half a symbol each (a term is 16 bytes, a symbol 32).
   round cannot learn d ids from fewer than d terms), and every run's
   round was decoded from the terms.
 - With one node keeping none (power_sums no), its peer answers with no
-  terms and the round goes on with R-IBLT: it converges, falls back, and
+  terms and the round goes on with R-IBLT: it converges, falls back (or
+  the node without power sums ran the round and asked for none), and
   costs what R-IBLT alone does (at most R_BOUND, 1.7, at d = 100).
 
 The push log is off (repl_backlog_kb 0): with it, the link's return
@@ -88,8 +89,9 @@ def one_run(diff, per_node=None):
                                       for n in cl.nodes), 20):
             raise AssertionError(cl.logs())
         after = [cost(n.repl_stats()) for n in cl.nodes]
-        return tuple(sum(a[i] - b[i] for a, b in zip(after, before))
-                     for i in range(4))
+        per = [tuple(a[i] - b[i] for i in range(4))
+               for a, b in zip(after, before)]
+        return tuple(sum(n[i] for n in per) for i in range(4)), per
     finally:
         try:
             cl.close()
@@ -105,7 +107,7 @@ def symbols(run):
 class SmallDiffs(unittest.TestCase):
     def test_symbols_per_difference(self):
         for diff in DIFFS:
-            runs = [one_run(diff) for _ in range(RUNS)]
+            runs = [one_run(diff)[0] for _ in range(RUNS)]
             per = statistics.median(symbols(r) for r in runs) / diff
             print("\n%d differences: %s (symbols, terms, rounds by terms, "
                   "fallbacks); median %.2f symbols a difference"
@@ -117,12 +119,17 @@ class SmallDiffs(unittest.TestCase):
 
     def test_peer_without_power_sums(self):
         diff = 100
-        run = one_run(diff, {1: {"power_sums": "no"}})
+        run, nodes = one_run(diff, {1: {"power_sums": "no"}})
         per = symbols(run) / diff
-        print("\n%d differences, node 2 without power sums: %s; %.2f symbols "
-              "a difference" % (diff, run, per), flush=True)
+        print("\n%d differences, node 2 without power sums: %s, by node %s; "
+              "%.2f symbols a difference" % (diff, run, nodes, per),
+              flush=True)
         self.assertEqual(run[2], 0, run)
-        self.assertGreaterEqual(run[3], 1, run)
+        # Either node may start the round after the heal. Node 1 asks
+        # node 2 for terms, gets none and falls back; node 2 keeps none
+        # and so asks for none: then it is the one that received the
+        # symbols.
+        self.assertTrue(nodes[0][3] >= 1 or nodes[1][0] > 0, nodes)
         self.assertLessEqual(per, R_BOUND)
         self.assertGreaterEqual(per, 1.0)
 
