@@ -212,6 +212,9 @@ struct psum_round {
     uint8_t have[PSUM_SLOTS]; /* terms received, per slot */
     uint16_t done;            /* buckets decoded (bits) */
     size_t nfound;
+    size_t hint; /* ids the last phase with this peer found: under steady
+                    writes the next difference is much the same, and
+                    asking for that many terms at once saves round trips */
     riblt_id own[PSUM_SLOTS * RIBLT_PSUM_TERMS];
     riblt_id diff[PSUM_SLOTS * RIBLT_PSUM_TERMS];
     riblt_id found[RIBLT_PSUM_BUCKETS * (RIBLT_PSUM_TERMS - 1)];

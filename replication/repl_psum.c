@@ -45,11 +45,11 @@ static int ask(struct repl *r, struct peer *p, unsigned slot, unsigned count)
 }
 
 /* The next request for a slot that did not decode from `have` terms:
- * about a quarter more, at least two (each round trip costs time, each
- * term past the one that decodes costs 16 bytes). */
+ * about half as many again, at least two (each round trip costs two
+ * frames and a decoding, each term past the one that decodes 16 bytes). */
 static unsigned step(unsigned have)
 {
-    return have / 4 > 2 ? have / 4 : 2;
+    return have / 2 > 2 ? have / 2 : 2;
 }
 
 /* Gives up on power sums; R-IBLT once no reply is in flight. */
@@ -58,6 +58,7 @@ static int give_up(struct repl *r, struct peer *p)
     struct psum_round *ps = p->round.ps;
     if (!ps->failed) {
         ps->failed = true;
+        ps->hint = 0;
         PST_ADD(&p->st, psum_fallbacks, 1);
     }
     if (ps->inflight > 0)
@@ -120,6 +121,7 @@ static int finish(struct repl *r, struct peer *p)
         ps->found[nl++] = id;
         n++;
     }
+    ps->hint = ps->nfound;
     ps->on = false;
     PST_ADD(&p->st, rounds_psum, 1);
     return repl_round_exchange(r, p, ps->found + nl, n - nl, ps->found, nl);
@@ -160,10 +162,12 @@ int repl_psum_begin(struct repl *r, struct peer *p, const riblt_symbol *diff0,
     ps->nfound = 0;
     /* The sum of the buckets decodes up to RIBLT_PSUM_TERMS - 1, from one
      * more term than the difference. Symbol 0 alone decodes one
-     * difference, so there are two or more: three terms at least. */
-    if (bound + 1 >= RIBLT_PSUM_TERMS)
-        return begin_buckets(r, p, bound) == 0 ? 1 : -1;
-    unsigned k = bound + 2 > 3 ? (unsigned)bound + 2 : 3;
+     * difference, so there are two or more: three terms at least. The
+     * last phase's difference is a guess, the sizes' a floor. */
+    uint64_t guess = bound > ps->hint ? bound : ps->hint;
+    if (guess + 1 >= RIBLT_PSUM_TERMS)
+        return begin_buckets(r, p, guess) == 0 ? 1 : -1;
+    unsigned k = guess + 2 > 3 ? (unsigned)guess + 2 : 3;
     return ask(r, p, RIBLT_PSUM_BUCKETS, k) == 0 ? 1 : -1;
 }
 

@@ -167,7 +167,7 @@ void repl_round_start(struct repl *r, struct peer *p)
     /* Power sums from the same reads as the sketch: a psum phase checks
      * its result against symbol 0. */
     if (store_has_psums(r->s) && !rd->ps)
-        rd->ps = malloc(sizeof(*rd->ps));
+        rd->ps = calloc(1, sizeof(*rd->ps));
     riblt_id *own_ps =
         store_has_psums(r->s) ? (rd->ps ? rd->ps->own : NULL) : NULL;
     if (own_ps)

@@ -11,7 +11,8 @@ power-sum terms at half a symbol each (a term is 16 bytes, a symbol 32).
 - With one node keeping none (power_sums no), its peer answers with no
   terms and the round goes on with R-IBLT: it converges, falls back (or
   the node without power sums ran the round and asked for none), and
-  costs what R-IBLT alone does (at most R_BOUND, 1.7, at d = 100).
+  costs what R-IBLT alone does (at most R_BOUND, 2.0, at d = 100: one
+  run, and R-IBLT alone ranges 1.36-1.72 there).
 
 The push log is off (repl_backlog_kb 0): with it, the link's return
 resends the writes each side missed and no round has anything to find.
@@ -28,7 +29,7 @@ from cluster import (Cluster, CuttableProxy, free_ports, pipelined_sets,
 DIFFS = (2, 10, 40, 100)
 RUNS = 3
 BOUND = 1.5
-R_BOUND = 1.7
+R_BOUND = 2.0
 
 
 class MixedCluster(Cluster):
