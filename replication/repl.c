@@ -231,9 +231,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     repl_health_tick(r, now);
     repl_push_tick(r);
     repl_encoder_spares_tick(r, now);
-    /* One round at a time, run or served (repl_in_round). */
-    if (nready > 0 && !repl_in_round(r, NULL, now))
+    /* One round at a time, run or served (repl_in_round); after rounds
+     * that repaired nothing, one every 2^round_backoff ticks. */
+    if (nready > 0 && !repl_in_round(r, NULL, now) &&
+        ++r->round_ticks >= 1u << r->round_backoff) {
+        r->round_ticks = 0;
         repl_round_start(r, &r->peers[ready[rng_next(r) % (uint64_t)nready]]);
+    }
     tick_arm(r);
 }
 

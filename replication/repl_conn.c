@@ -273,9 +273,11 @@ size_t repl_send_records(struct conn *c, const riblt_id *ids, size_t n,
  * Applies the records of a MUTATIONS payload through store_apply. When
  * wanted is non-NULL, records whose id is not in it (sorted) are refused.
  * Returns the number of records, or -1 when the payload is malformed.
+ * (old_applied: see repl_int.h.)
  */
 int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
-                       const riblt_id *wanted, size_t nwanted)
+                       const riblt_id *wanted, size_t nwanted,
+                       uint64_t old_ticks, uint64_t *old_applied)
 {
     uint8_t flags;
     uint32_t count;
@@ -320,9 +322,11 @@ int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
             }
         }
         int rc = store_apply(r->s, &m);
-        if (rc == STORE_OK)
+        if (rc == STORE_OK) {
             PST_ADD(&r->st, applied, 1);
-        else if (rc == STORE_STALE)
+            if (old_applied && m.version.ticks <= old_ticks)
+                (*old_applied)++;
+        } else if (rc == STORE_STALE)
             PST_ADD(&r->st, stale, 1);
         else
             PST_ADD(&r->st, rejected_records, 1);
@@ -362,6 +366,7 @@ static void conn_ready(void *arg, repl_link *l)
                 (unsigned)repl_link_peer_id(l));
         p->connecting = false;
         p->backoff_ms = 0;
+        repl_rounds_wanted(r);
         p->down_since_ns = 0;
         p->down_why[0] = '\0';
         __atomic_store_n(&p->node_id, repl_link_peer_id(l), __ATOMIC_RELAXED);

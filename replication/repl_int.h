@@ -81,6 +81,7 @@ struct route;
     X(rounds_busy)                                                            \
     X(rounds_walked)                                                          \
     X(rounds_handed)                                                          \
+    X(rounds_idle)                                                            \
     X(rounds_asked)                                                           \
     X(bulk_transfers)                                                         \
     X(symbols_recv)                                                           \
@@ -208,7 +209,6 @@ struct psum_round {
     unsigned inflight; /* PSUMS_REQ sent, not answered yet */
     riblt_symbol diff0; /* coded symbol 0 of the difference: the check */
     int64_t remote_size;
-    uint64_t snap_ticks;      /* the store's clock when own was read */
     uint8_t have[PSUM_SLOTS]; /* terms received, per slot */
     uint16_t done;            /* buckets decoded (bits) */
     size_t nfound;
@@ -244,8 +244,27 @@ struct round {
     uint64_t bulk_bytes0; /* the link's bytes received when a bulk began */
     uint32_t *parts;      /* the partitions reconciled (ascending) */
     size_t nparts;
-    uint64_t gen; /* the ring generation the round started under */
+    uint64_t gen;        /* the ring generation the round started under */
+    uint64_t snap_ticks; /* the store's clock when own was read */
+    uint64_t repaired;   /* differences older than writes in flight that
+                            this round pushed or had applied */
 };
+
+/*
+ * Writes at most this much older than a round's snapshot are taken for
+ * writes still in flight (a push not yet sent or applied) when a round
+ * finds them: they may reach the other side meanwhile.
+ */
+#define ROUND_RECENT_NS (50ull * 1000000ull)
+
+/*
+ * Rounds that repaired nothing (every difference a write in flight, or
+ * none) stretch the gap between the rounds this node starts, doubling up
+ * to 2^ROUND_BACKOFF_MAX ticks; one that repaired something, a failed
+ * one, a link coming up, a ring change or a push that was not delivered
+ * brings it back to every tick (repl_rounds_wanted).
+ */
+#define ROUND_BACKOFF_MAX 4
 
 /*
  * The push log (repl_push.c): the local writes pushed lately, in push
@@ -356,6 +375,9 @@ struct repl {
     bool push_armed;
     uint64_t last_push_ns;
     size_t last_push_n;
+    /* rounds this node starts: one every 2^round_backoff ticks */
+    unsigned round_backoff, round_ticks;
+    uint64_t queue_dropped_seen; /* push_queue_dropped at the last tick */
     int wake_fd;
     /*
      * Slots [0, npeers); registry members come and go, a removed one
@@ -466,8 +488,11 @@ bool repl_put_mutation(uint8_t *buf, size_t cap, size_t *len,
                        const store_mutation *m);
 size_t repl_send_records(struct conn *c, const riblt_id *ids, size_t n,
                          uint8_t flags, uint8_t final_flags);
+/* old_applied, when not NULL, counts the records applied (not stale)
+ * whose version is at most old_ticks. */
 int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
-                       const riblt_id *wanted, size_t nwanted);
+                       const riblt_id *wanted, size_t nwanted,
+                       uint64_t old_ticks, uint64_t *old_applied);
 /* The peer listener's callback (evconnlistener_cb). */
 void repl_on_accept(struct evconnlistener *lis, evutil_socket_t fd,
                     struct sockaddr *sa, int socklen, void *arg);
@@ -495,6 +520,11 @@ bool repl_in_round(struct repl *r, const struct conn *except, uint64_t now);
 void repl_round_start(struct repl *r, struct peer *p);
 void repl_round_reset(struct peer *p);
 void repl_round_fail(struct peer *p, const char *why);
+/* Rounds from the next tick on, at every tick (ROUND_BACKOFF_MAX). */
+void repl_rounds_wanted(struct repl *r);
+/* Whether a write of version `ticks` is older than the writes a round
+ * that read its snapshot at snap_ticks may find still in flight. */
+bool repl_round_old(uint64_t snap_ticks, uint64_t ticks);
 int repl_on_reply(struct conn *c, const repl_frame *f);
 /* Ends the decoding: pushes the ids only we hold, fetches those only the
  * peer holds (checked against our journal first). */

@@ -198,6 +198,7 @@ void repl_ring_refresh(struct repl *r, uint64_t now)
     r->ring = next;
     r->ring_changed_ns = now;
     r->ring_gen++;
+    repl_rounds_wanted(r);
     PST_ADD(&r->st, ring_changes, 1);
     size_t nown = 0;
     for (uint32_t p = 0; p < r->P; p++)

@@ -68,22 +68,15 @@ static int give_up(struct repl *r, struct peer *p)
 }
 
 /*
- * Writes at most this much older than our snapshot, found by a round's
- * power sums and held here, are left to push and to the next round
- * instead of pushed by this one (see finish).
- */
-#define PSUM_RECENT_NS (50ull * 1000000ull)
-
-/*
  * Every bucket decoded (or the sum did): check against symbol 0, then
  * exchange. The terms carry no sign, so which side held an id at the
  * snapshots is read off our set as it is now. An id we do not hold is
  * asked for: if the peer no longer holds it either, nothing comes. An id
  * we hold is pushed, unless its version is later than our snapshot less
- * PSUM_RECENT_NS: it may have reached us since our snapshot, and the peer
- * hold it already (a write the peer's snapshot has and ours has not, a
- * push in flight when the round began). Pushing it would cost the peer a
- * stale apply; if the peer really lacks it, push brings it, or the next
+ * ROUND_RECENT_NS (repl_round_old): it may have reached us since our snapshot,
+ * and the peer hold it already (a write the peer's snapshot has and ours has
+ * not, a push in flight when the round began). Pushing it would cost the peer
+ * a stale apply; if the peer really lacks it, push brings it, or the next
  * round, when it is no longer recent.
  */
 static int finish(struct repl *r, struct peer *p)
@@ -100,8 +93,6 @@ static int finish(struct repl *r, struct peer *p)
         return give_up(r, p);
     /* Ids to push first in found, ids to ask for after them (one array,
      * two views); recent ones held are dropped from both. */
-    uint64_t cutoff =
-        ps->snap_ticks > PSUM_RECENT_NS ? ps->snap_ticks - PSUM_RECENT_NS : 0;
     size_t nl = 0, n = 0;
     for (size_t i = 0; i < ps->nfound; i++) {
         riblt_id id = ps->found[i];
@@ -111,7 +102,7 @@ static int finish(struct repl *r, struct peer *p)
             ps->found[n++] = id;
             continue;
         }
-        bool recent = m.version.ticks > cutoff;
+        bool recent = !repl_round_old(p->round.snap_ticks, m.version.ticks);
         store_item_release(hold);
         if (recent) {
             PST_ADD(&p->st, psum_recent, 1);

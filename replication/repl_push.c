@@ -166,6 +166,7 @@ static void push_frame(struct repl *r, size_t len, uint32_t count,
                 continue;
             }
             PST_ADD(&p->st, push_dropped, count);
+            repl_rounds_wanted(r);
             uint32_t held = 0;
             if (log_limit_pass(&p->push_log, 10000, &held))
                 LOG(LOG_LEVEL_WARN, "repl",
@@ -268,6 +269,7 @@ void repl_push_catch_up(struct repl *r, struct peer *p)
         return;
     if (p->lag_from < g->tail) {
         PST_ADD(&p->st, push_dropped, g->tail - p->lag_from);
+        repl_rounds_wanted(r);
         p->lag_from = g->tail;
     }
     if (!repl_scratch_fit(r, repl_records_cap(r)))
@@ -396,6 +398,10 @@ void repl_push_tick(struct repl *r)
     for (int i = 0; i < r->npeers; i++)
         repl_push_catch_up(r, &r->peers[i]);
     uint64_t dropped = PST_GET(&r->st, push_queue_dropped);
+    if (dropped != r->queue_dropped_seen) {
+        r->queue_dropped_seen = dropped;
+        repl_rounds_wanted(r); /* writes no push carried */
+    }
     if (dropped == r->queue_dropped_logged)
         return;
     uint32_t held = 0;
@@ -537,6 +543,7 @@ static uint64_t resume_resend(struct repl *r, struct peer *p, uint64_t run,
     if (from < g->tail) {
         /* It missed more than the log holds. */
         PST_ADD(&p->st, resume_missed, 1);
+        repl_rounds_wanted(r);
         return 0;
     }
     if (!repl_scratch_fit(r, repl_records_cap(r)))

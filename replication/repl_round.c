@@ -68,8 +68,21 @@ static void round_abandon(struct peer *p)
     }
 }
 
+bool repl_round_old(uint64_t snap_ticks, uint64_t ticks)
+{
+    return snap_ticks > ROUND_RECENT_NS &&
+           ticks <= snap_ticks - ROUND_RECENT_NS;
+}
+
+void repl_rounds_wanted(struct repl *r)
+{
+    r->round_backoff = 0;
+    r->round_ticks = 0;
+}
+
 void repl_round_fail(struct peer *p, const char *why)
 {
+    repl_rounds_wanted(p->r);
     uint32_t held = 0;
     if (log_limit_pass(&p->round_log, 10000, &held))
         LOG(LOG_LEVEL_WARN, "repl",
@@ -106,6 +119,13 @@ static void round_done(struct peer *p)
      * these partitions when the round began (unless it was a bulk pull),
      * and we hold everything it held. */
     uint8_t bulk = rd->bulk ? REPL_DONE_BULK : REPL_DONE_STREAMED;
+    if (rd->bulk || rd->walk || rd->repaired > 0) {
+        repl_rounds_wanted(r);
+    } else {
+        PST_ADD(&p->st, rounds_idle, 1);
+        if (r->round_backoff < ROUND_BACKOFF_MAX)
+            r->round_backoff++;
+    }
     p->last_ok_ns = repl_now_ns();
     p->last_diffs = rd->decoded;
     PST_SET(&p->st, last_round_diffs, rd->decoded);
@@ -170,8 +190,8 @@ void repl_round_start(struct repl *r, struct peer *p)
         rd->ps = calloc(1, sizeof(*rd->ps));
     riblt_id *own_ps =
         store_has_psums(r->s) ? (rd->ps ? rd->ps->own : NULL) : NULL;
-    if (own_ps)
-        rd->ps->snap_ticks = store_clock_now(r->s).ticks;
+    rd->snap_ticks = store_clock_now(r->s).ticks;
+    rd->repaired = 0;
     if (store_sketch_snapshot_parts(r->s, rd->parts, rd->nparts, rd->own, r->S,
                                     own_ps, &rd->own_size) != STORE_OK)
         return;
@@ -258,6 +278,17 @@ int repl_round_exchange(struct repl *r, struct peer *p, const riblt_id *remote,
     struct round *rd = &p->round;
     PST_ADD(&p->st, diffs_remote, nr);
     PST_ADD(&p->st, diffs_local, nl);
+    /* Ids only we hold that are older than writes in flight: the peer
+     * lacked them, and pushing them repairs it. */
+    for (size_t i = 0; i < nl && rd->repaired == 0; i++) {
+        store_mutation m;
+        store_item *hold = NULL;
+        if (!store_fetch_mutation(r->s, &local[i], &m, &hold))
+            continue;
+        if (repl_round_old(rd->snap_ticks, m.version.ticks))
+            rd->repaired++;
+        store_item_release(hold);
+    }
     rd->decoded = nr + nl;
     if (nl > 0) {
         size_t sent = repl_send_records(p->conn, local, nl, REPL_MUT_PUSH, 0);
@@ -469,8 +500,14 @@ static int on_mutations(struct repl *r, struct peer *p, const uint8_t *q,
     if (!rd->active ||
         repl_wire_get_mutations_head(q, len, &flags, &count) != REPL_WIRE_OK)
         return -1;
-    int n = rd->bulk ? repl_apply_records(r, q, len, NULL, 0)
-                     : repl_apply_records(r, q, len, rd->wanted, rd->nwanted);
+    /* A fetched write applied here that is older than the writes in
+     * flight was missing: a repair. */
+    uint64_t old = rd->snap_ticks > ROUND_RECENT_NS
+                       ? rd->snap_ticks - ROUND_RECENT_NS
+                       : 0;
+    int n = rd->bulk ? repl_apply_records(r, q, len, NULL, 0, 0, NULL)
+                     : repl_apply_records(r, q, len, rd->wanted, rd->nwanted,
+                                          old, &rd->repaired);
     if (n < 0)
         return -1;
     PST_ADD(&p->st, mutations_fetched, n);

@@ -1,0 +1,102 @@
+"""Rounds that repair nothing back off; a write no push carried brings
+them back.
+
+- Two idle nodes (repl_period_ms 50, so a tick every 25-75 ms) start, over
+  SPAN seconds, at most a quarter of the rounds one a tick would give:
+  every round finds nothing to repair (`rounds_idle`), and the gap
+  doubles up to 16 ticks. The same holds under a steady stream of
+  writes on one node, whose rounds find only writes in flight; and the
+  stream reaches the other node.
+- A burst too big for a tiny push queue (repl_push_queue 64) drops
+  pushes (`push_queue_dropped`); rounds that follow repair them (rounds
+  that are not idle), and the nodes converge.
+Counts are printed."""
+
+import socket
+import time
+import unittest
+
+import cluster
+from cluster import (Cluster, count_present, pipelined_sets, repl_sum,
+                     wait_until)
+
+PERIOD_MS = 50
+SPAN = 3.0
+
+
+def rounds(node):
+    st = node.repl_stats()
+    return repl_sum(st, "rounds"), repl_sum(st, "rounds_idle")
+
+
+def most_rounds():
+    """Rounds one a tick would start in SPAN (ticks are 0.5-1.5 periods,
+    one a period on average)."""
+    return SPAN * 1000 / PERIOD_MS
+
+
+class RoundBackoff(unittest.TestCase):
+    def start(self, **extra):
+        settings = {"repl_period_ms": PERIOD_MS}
+        settings.update(extra)
+        cl = Cluster(2, extra=settings)
+        cl.start()
+        self.addCleanup(cl.close)
+        if not cl.wait_connected():
+            raise AssertionError(cl.logs())
+        return cl
+
+    def test_idle_rounds_back_off(self):
+        cl = self.start()
+        base = [rounds(n) for n in cl.nodes]
+        time.sleep(SPAN)
+        self.check_backed_off_since(cl, base, "idle")
+
+    def check_backed_off_since(self, cl, base, what):
+        for n, (r0, i0) in zip(cl.nodes, base):
+            r, idle = rounds(n)
+            print("\n%s, %s: %d rounds in %.0f s, %d idle (one a tick: "
+                  "about %d)" % (what, n.name, r - r0, SPAN, idle - i0,
+                                 most_rounds()), flush=True)
+            self.assertLessEqual(r - r0, most_rounds() / 4, what)
+            self.assertGreaterEqual(idle - i0, 1, what)
+
+    def test_rounds_back_off_under_steady_writes(self):
+        cl = self.start()
+        s = socket.create_connection(("127.0.0.1", cl[0].port), timeout=30)
+        self.addCleanup(s.close)
+        base = [rounds(n) for n in cl.nodes]
+        end = time.monotonic() + SPAN
+        sent = 0
+        # 100 writes every 5 ms at most: bounded in count and in time.
+        while time.monotonic() < end and sent < 200000:
+            s.sendall(b"".join(b"set steady:%06d 0 0 1 noreply\r\nv\r\n"
+                               % (sent + i) for i in range(100)))
+            sent += 100
+            time.sleep(0.005)
+        s.sendall(b"mn\r\n")
+        cluster.read_to_mn(s)
+        self.check_backed_off_since(cl, base, "%d writes" % sent)
+        keys = [b"steady:%06d" % i for i in range(sent)]
+        self.assertTrue(wait_until(lambda: count_present(cl[1].port, keys)
+                                   == sent, 20), cl.logs())
+
+    def test_undelivered_pushes_bring_rounds_back(self):
+        cl = self.start(repl_push_queue=64)
+        time.sleep(1.0)  # rounds back off while idle
+        base = [rounds(n) for n in cl.nodes]
+        keys = [b"burst:%06d" % i for i in range(20000)]
+        pipelined_sets(cl[0].port, keys, b"x" * 10)
+        dropped = int(cl[0].repl_stats().get("push_queue_dropped", 0))
+        self.assertGreater(dropped, 0, "the burst fit the queue")
+        self.assertTrue(wait_until(lambda: count_present(cl[1].port, keys)
+                                   == len(keys), 20), cl.logs())
+        repaired = sum(rounds(n)[0] - rounds(n)[1] - (b[0] - b[1])
+                       for n, b in zip(cl.nodes, base))
+        print("\n%d pushes dropped; %d rounds repaired them" %
+              (dropped, repaired), flush=True)
+        self.assertGreaterEqual(repaired, 1)
+
+
+if __name__ == "__main__":
+    cluster.main()
