@@ -259,9 +259,10 @@ struct round {
 
 /*
  * Rounds that repaired nothing (every difference a write in flight, or
- * none) stretch the gap between the rounds this node starts, doubling up
- * to 2^ROUND_BACKOFF_MAX ticks; one that repaired something, a failed
- * one, a link coming up, a ring change or a push that was not delivered
+ * none), once the last round with every ready peer was such a one,
+ * stretch the gap between the rounds this node starts, doubling up to
+ * 2^ROUND_BACKOFF_MAX ticks; one that repaired something, a failed one,
+ * a link coming up, a ring change or a push that was not delivered
  * brings it back to every tick (repl_rounds_wanted).
  */
 #define ROUND_BACKOFF_MAX 4
@@ -346,6 +347,7 @@ struct peer {
     uint8_t due_retries;
     /* the last round that succeeded: when it ended, what it found */
     uint64_t last_ok_ns;
+    bool last_repaired; /* our last round with it repaired something */
     uint64_t last_diffs;
     /* log rate limits: still down, failed rounds */
     log_limit down_log, round_log, push_log;

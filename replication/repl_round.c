@@ -119,13 +119,20 @@ static void round_done(struct peer *p)
      * these partitions when the round began (unless it was a bulk pull),
      * and we hold everything it held. */
     uint8_t bulk = rd->bulk ? REPL_DONE_BULK : REPL_DONE_STREAMED;
-    if (rd->bulk || rd->walk || rd->repaired > 0) {
-        repl_rounds_wanted(r);
-    } else {
+    /* Rounds back off once the last round with every ready peer was
+     * idle: one that repaired something with a peer is followed by rounds
+     * at every tick until that peer's next one finds nothing. */
+    p->last_repaired = rd->bulk || rd->walk || rd->repaired > 0;
+    if (!p->last_repaired)
         PST_ADD(&p->st, rounds_idle, 1);
-        if (r->round_backoff < ROUND_BACKOFF_MAX)
-            r->round_backoff++;
-    }
+    bool repairing = false;
+    for (int i = 0; i < r->npeers; i++)
+        if (repl_peer_ready(&r->peers[i]) && r->peers[i].last_repaired)
+            repairing = true;
+    if (repairing)
+        repl_rounds_wanted(r);
+    else if (r->round_backoff < ROUND_BACKOFF_MAX)
+        r->round_backoff++;
     p->last_ok_ns = repl_now_ns();
     p->last_diffs = rd->decoded;
     PST_SET(&p->st, last_round_diffs, rd->decoded);
