@@ -277,7 +277,7 @@ size_t repl_send_records(struct conn *c, const riblt_id *ids, size_t n,
  */
 int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
                        const riblt_id *wanted, size_t nwanted,
-                       uint64_t old_ticks, uint64_t *old_applied)
+                       uint64_t snap_ticks, uint64_t *old_applied)
 {
     uint8_t flags;
     uint32_t count;
@@ -324,7 +324,7 @@ int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
         int rc = store_apply(r->s, &m);
         if (rc == STORE_OK) {
             PST_ADD(&r->st, applied, 1);
-            if (old_applied && m.version.ticks <= old_ticks)
+            if (old_applied && repl_round_old(snap_ticks, m.version.ticks))
                 (*old_applied)++;
         } else if (rc == STORE_STALE)
             PST_ADD(&r->st, stale, 1);

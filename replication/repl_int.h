@@ -491,10 +491,11 @@ bool repl_put_mutation(uint8_t *buf, size_t cap, size_t *len,
 size_t repl_send_records(struct conn *c, const riblt_id *ids, size_t n,
                          uint8_t flags, uint8_t final_flags);
 /* old_applied, when not NULL, counts the records applied (not stale)
- * whose version is at most old_ticks. */
+ * older than the writes in flight of a round whose snapshot was read at
+ * snap_ticks (repl_round_old). */
 int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
                        const riblt_id *wanted, size_t nwanted,
-                       uint64_t old_ticks, uint64_t *old_applied);
+                       uint64_t snap_ticks, uint64_t *old_applied);
 /* The peer listener's callback (evconnlistener_cb). */
 void repl_on_accept(struct evconnlistener *lis, evutil_socket_t fd,
                     struct sockaddr *sa, int socklen, void *arg);
