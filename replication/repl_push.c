@@ -192,6 +192,15 @@ static void push_frame(struct repl *r, size_t len, uint32_t count,
     }
 }
 
+/* Whether a live push frame would go to any peer (push_frame's test). */
+static bool live_receivers(const struct repl *r)
+{
+    for (int i = 0; i < r->npeers; i++)
+        if (repl_peer_ready(&r->peers[i]) && r->peers[i].lag_from == 0)
+            return true;
+    return false;
+}
+
 /*
  * Pushes a batch of writes: to every peer (only NULL), or to one peer, the
  * items of partitions it owns (and the global one). seq0 is the push log's
@@ -201,6 +210,10 @@ static void push_frame(struct repl *r, size_t len, uint32_t count,
 static void push_batch(struct repl *r, store_item **batch, size_t n,
                        struct peer *only, uint64_t seq0, bool from_log)
 {
+    /* With every peer down or fed from the log, a live batch would be
+     * encoded for nobody: the log (or the rounds) carries it. */
+    if (!from_log && only == NULL && !live_receivers(r))
+        return;
     size_t cap = repl_records_cap(r);
     uint8_t *q = repl_payload_area(r);
     size_t start = repl_wire_mutations_records_at(seq0 ? REPL_MUT_SEQ : 0);
