@@ -181,14 +181,15 @@ def table(index_path, out=sys.stdout):
     """Prints one row per workload: each server's median ops/s, p50, p99
     and server CPU microseconds per request over its runs, the ratio of
     the median ops/s (ribltcached / memcached), the lowest and highest
-    ratio of a run to the memcached run next to it, and how busy the
+    ratio of a run to the memcached run next to it, the ratio of the
+    median CPU per request (ribltcached / memcached), and how busy the
     client's cores were (median over all runs of the workload). A server
     with no readable run shows `failed`. Returns the number of runs that
     could not be read."""
     order, runs, failed = read_index(index_path)
     header = ("workload", "ribltcached ops/s", "p50 ms", "p99 ms", "us/req",
               "memcached ops/s", "p50 ms", "p99 ms", "us/req", "ratio",
-              "run ratios", "client busy")
+              "run ratios", "cpu ratio", "client busy")
     rows = []
     for w in order:
         row = [w]
@@ -211,6 +212,9 @@ def table(index_path, out=sys.stdout):
                      runs[w].get("memcached", []))
                  if x is not None and y is not None and y["ops"] > 0]
         row.append("%.2f-%.2f" % (min(pairs), max(pairs)) if pairs else "-")
+        ua = median_of(runs[w].get("ribltcached", []), "us_per_req")
+        ub = median_of(runs[w].get("memcached", []), "us_per_req")
+        row.append("%.2f" % (ua / ub) if ua and ub else "-")
         busy = median_of([r for rs in runs[w].values() for r in rs
                           if r is not None], "client_busy")
         row.append("%.0f%%" % (100 * busy) if busy is not None else "-")
@@ -230,6 +234,10 @@ def table(index_path, out=sys.stdout):
     if ratios:
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         out.write("geometric mean of the ratios: %.2f\n" % geo)
+    cpu = [float(r[11]) for r in rows if r[11] != "-"]
+    if cpu:
+        geo = math.exp(sum(math.log(x) for x in cpu) / len(cpu))
+        out.write("geometric mean of the cpu ratios: %.2f\n" % geo)
     return failed
 
 
