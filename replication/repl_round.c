@@ -74,9 +74,16 @@ bool repl_round_old(uint64_t snap_ticks, uint64_t ticks)
            ticks <= snap_ticks - ROUND_RECENT_NS;
 }
 
+/* round_backoff is written here only, on the replication thread; `stats`
+ * reads it from a client thread (repl_stats.c). */
+static void set_backoff(struct repl *r, unsigned b)
+{
+    __atomic_store_n(&r->round_backoff, b, __ATOMIC_RELAXED);
+}
+
 void repl_rounds_wanted(struct repl *r)
 {
-    r->round_backoff = 0;
+    set_backoff(r, 0);
     r->round_ticks = 0;
 }
 
@@ -132,7 +139,7 @@ static void round_done(struct peer *p)
     if (repairing)
         repl_rounds_wanted(r);
     else if (r->round_backoff < ROUND_BACKOFF_MAX)
-        r->round_backoff++;
+        set_backoff(r, r->round_backoff + 1);
     p->last_ok_ns = repl_now_ns();
     p->last_diffs = rd->decoded;
     PST_SET(&p->st, last_round_diffs, rd->decoded);

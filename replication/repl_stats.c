@@ -1,7 +1,7 @@
 /*
  * repl_stats.c -- the "stats replication" group: the node's identity and
- * membership source, its counters, the push queue's length, and each
- * peer's state and counters.
+ * membership source, its counters, the push queue's length, the gap
+ * between the rounds it starts, and each peer's state and counters.
  *
  * Threading: called from any thread (a client's stats command). It reads
  * relaxed atomics and fields fixed at creation, the peer table under
@@ -56,6 +56,10 @@ void repl_emit_stats(repl *r, stats_emit_fn emit, void *arg)
     snprintf(val, sizeof(val), "%zu", r->qlen);
     pthread_mutex_unlock(&r->qlock);
     emit(arg, "push_queue_length", val);
+    /* Ticks between the rounds this node starts (repl_round.c). */
+    snprintf(val, sizeof(val), "%u",
+             1u << __atomic_load_n(&r->round_backoff, __ATOMIC_RELAXED));
+    emit(arg, "round_gap_ticks", val);
     for (int i = 0; i < r->npeers; i++) {
         struct peer *p = &r->peers[i];
         if (p->vacant)

@@ -269,6 +269,9 @@ static void write_replication(struct evbuffer *out, const struct listing *r)
          "Mutations from peers that lost to what this node held."},
         {"push_queue_length", "ribltcache_push_queue_length", "gauge",
          "Fresh writes waiting to be pushed."},
+        {"round_gap_ticks", "ribltcache_round_gap_ticks", "gauge",
+         "Ticks between the rounds this node starts: 1 while rounds "
+         "repair, up to 16 once they find nothing."},
         {"push_queue_dropped", "ribltcache_push_queue_dropped_total",
          "counter", "Fresh writes not pushed: the queue was full."},
         {"bad_frames", "ribltcache_peer_bad_frames_total", "counter",

@@ -4,7 +4,7 @@ them back.
 - Two idle nodes (repl_period_ms 50, so a tick every 25-75 ms) start, over
   SPAN seconds, at most a quarter of the rounds one a tick would give:
   every round finds nothing to repair (`rounds_idle`), and the gap
-  doubles up to 16 ticks. The same holds under a steady stream of
+  doubles up to 16 ticks (`round_gap_ticks` shows it). The same holds under a steady stream of
   writes on one node, whose rounds find only writes in flight; and the
   stream reaches the other node.
 - A burst too big for a tiny push queue (repl_push_queue 64) drops
@@ -60,6 +60,13 @@ class RoundBackoff(unittest.TestCase):
                                  most_rounds()), flush=True)
             self.assertLessEqual(r - r0, most_rounds() / 4, what)
             self.assertGreaterEqual(idle - i0, 1, what)
+            gap = int(n.repl_stats()["round_gap_ticks"])
+            print("%s: round_gap_ticks %d" % (n.name, gap), flush=True)
+            # Idle, nothing can bring the gap back to one tick.
+            if what == "idle":
+                self.assertIn(gap, (2, 4, 8, 16), what)
+            else:
+                self.assertIn(gap, (1, 2, 4, 8, 16), what)
 
     def test_rounds_back_off_under_steady_writes(self):
         cl = self.start()
