@@ -94,6 +94,7 @@ struct route;
     X(mutations_fetched)                                                      \
     X(mutations_sent)                                                         \
     X(pushed)                                                                 \
+    X(push_frames)                                                            \
     X(push_dropped)                                                           \
     X(push_from_log)                                                          \
     X(bytes_sent)                                                             \

@@ -187,6 +187,7 @@ static void push_frame(struct repl *r, size_t len, uint32_t count,
         }
         repl_conn_send(p->conn, REPL_MSG_MUTATIONS, (uint32_t)len);
         PST_ADD(&p->st, pushed, count);
+        PST_ADD(&p->st, push_frames, 1);
         if (from_log)
             PST_ADD(&p->st, push_from_log, count);
     }
@@ -292,19 +293,28 @@ void repl_push_catch_up(struct repl *r, struct peer *p)
         p->lag_from = 0; /* live from the next push on */
 }
 
-/* Sends everything queued, in batches of up to PUSH_BATCH writes. */
-static void push_drain(struct repl *r)
+/*
+ * Sends what is queued, in batches of up to PUSH_BATCH writes. With
+ * `chase`, until the queue is empty; without, only what was queued when
+ * it began: the caller has a window armed for the writes queued while it
+ * sends, and chasing them would send a frame to every peer for the one or
+ * two that arrive during a send.
+ */
+static void push_drain(struct repl *r, bool chase)
 {
     size_t cap = repl_records_cap(r);
     r->last_push_n = 0;
     if (!repl_scratch_fit(r, cap))
         return;
     size_t total = 0;
-    for (;;) {
+    pthread_mutex_lock(&r->qlock);
+    size_t todo = chase ? SIZE_MAX : r->qlen;
+    pthread_mutex_unlock(&r->qlock);
+    while (todo > 0) {
         store_item *batch[PUSH_BATCH];
         size_t n = 0;
         pthread_mutex_lock(&r->qlock);
-        while (n < PUSH_BATCH && r->qlen > 0) {
+        while (n < PUSH_BATCH && n < todo && r->qlen > 0) {
             batch[n++] = r->queue[r->qhead];
             r->qhead = (r->qhead + 1) % r->qcap;
             r->qlen--;
@@ -312,6 +322,7 @@ static void push_drain(struct repl *r)
         pthread_mutex_unlock(&r->qlock);
         if (n == 0)
             break;
+        todo -= n;
         total += n;
         /* Peers fed from the log take what it holds first: caught up,
          * they receive this batch live, in order. */
@@ -378,7 +389,7 @@ void repl_on_wake(evutil_socket_t fd, short what, void *arg)
     if (window > 0 && now - r->last_push_ns < 2 * window &&
         r->last_push_n < PUSH_BATCH && arm_window(r))
         return;
-    push_drain(r);
+    push_drain(r, true);
 }
 
 void repl_on_push_timer(evutil_socket_t fd, short what, void *arg)
@@ -387,7 +398,7 @@ void repl_on_push_timer(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     r->push_armed = false;
-    push_drain(r);
+    push_drain(r, false);
     if (r->last_push_n > 0 && r->last_push_n < PUSH_BATCH && arm_window(r))
         return;
     /* The stream paused (or a window filled): writers wake this thread
@@ -398,7 +409,7 @@ void repl_on_push_timer(evutil_socket_t fd, short what, void *arg)
     bool left = r->qlen > 0;
     pthread_mutex_unlock(&r->qlock);
     if (left)
-        push_drain(r);
+        push_drain(r, true);
 }
 
 /*
