@@ -4,9 +4,11 @@ them back.
 - Two idle nodes (repl_period_ms 50, so a tick every 25-75 ms) start, over
   SPAN seconds, at most a quarter of the rounds one a tick would give:
   every round finds nothing to repair (`rounds_idle`), and the gap
-  doubles up to 16 ticks (`round_gap_ticks` shows it). The same holds under a steady stream of
-  writes on one node, whose rounds find only writes in flight; and the
-  stream reaches the other node.
+  doubles up to 16 ticks (`round_gap_ticks` shows it). The same holds
+  under a steady stream of writes on one node, whose rounds find only
+  writes in flight; the stream reaches the other node, and its push
+  frames carry at least 5 writes each on average (`pushed` over
+  `push_frames`: the bursts of 100 are not sent one write a frame).
 - A burst too big for a tiny push queue (repl_push_queue 64) drops
   pushes (`push_queue_dropped`); rounds that follow repair them (rounds
   that are not idle), and the nodes converge.
@@ -87,6 +89,12 @@ class RoundBackoff(unittest.TestCase):
         keys = [b"steady:%06d" % i for i in range(sent)]
         self.assertTrue(wait_until(lambda: count_present(cl[1].port, keys)
                                    == sent, 20), cl.logs())
+        st = cl[0].repl_stats()
+        pushed, frames = repl_sum(st, "pushed"), repl_sum(st, "push_frames")
+        print("node1: %d writes pushed in %d frames" % (pushed, frames),
+              flush=True)
+        self.assertGreaterEqual(pushed, sent)
+        self.assertGreaterEqual(pushed, 5 * frames)
 
     def test_undelivered_pushes_bring_rounds_back(self):
         cl = self.start(repl_push_queue=64)
