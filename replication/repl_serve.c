@@ -301,8 +301,9 @@ int repl_serve(struct conn *c, const repl_frame *f)
         return f->length == 0 ? serve_bulk(c) : -1;
     case REPL_MSG_MUTATIONS: {
         uint64_t run, seq;
-        if (repl_apply_records(c->r, f->payload, f->length, NULL, 0, 0, NULL) <
-            0)
+        int n =
+            repl_apply_records(c->r, f->payload, f->length, NULL, 0, 0, NULL);
+        if (n < 0)
             return -1;
         /* An eager push: remember how far this peer's pushes reached. */
         if (repl_wire_get_mutations_pos(f->payload, f->length, &run, &seq) ==
