@@ -232,6 +232,25 @@ static void standalone_health(void *arg, stats_emit_fn emit, void *emit_arg)
     emit(emit_arg, "health", "standalone");
 }
 
+/* proto_config's acknowledgement hooks (repl_ack_wait_ms), and the
+ * replication thread's word that peers confirmed writes. */
+static uint64_t ack_take(void *arg, bool *dropped)
+{
+    (void)arg;
+    return repl_ticket_take(dropped);
+}
+
+static bool ack_held(void *arg, uint64_t ticket)
+{
+    return repl_ticket_held(arg, ticket);
+}
+
+static void on_acked(void *arg)
+{
+    (void)arg;
+    daemon_wake_acks();
+}
+
 /*
  * daemon_hooks.setup. Creates the registry and the replication object
  * (binding their ports) when their ports are set, registers their stats
@@ -245,6 +264,11 @@ static int root_setup(void *arg, const options *o, store *s,
         return -1;
     }
     if (o->repl_port == 0) {
+        if (o->repl_ack_wait_ms != 0) {
+            snprintf(err, nerr,
+                     "repl_ack_wait_ms needs replication (repl_port)");
+            return -1;
+        }
         stats_register_group("health", standalone_health, NULL);
         return 0;
     }
@@ -287,6 +311,8 @@ static int root_setup(void *arg, const options *o, store *s,
     ro.handoff_ms = (uint32_t)o->ring_handoff_ms;
     ro.down_ms = (uint32_t)o->ring_down_ms;
     ro.advertise = adv;
+    ro.acks = o->repl_ack_wait_ms != 0;
+    ro.on_acked = ro.acks ? on_acked : NULL;
     root.repl = repl_create(s, &ro, rerr, sizeof(rerr));
     if (root.repl == NULL) {
         snprintf(err, nerr, "replication: %s", rerr);
@@ -295,6 +321,12 @@ static int root_setup(void *arg, const options *o, store *s,
     stats_register_group("replication", repl_stats, root.repl);
     stats_register_group("ring", ring_stats, root.repl);
     stats_register_group("health", health_stats, root.repl);
+    if (ro.acks) {
+        pcfg->ack_take = ack_take;
+        pcfg->ack_held = ack_held;
+        pcfg->ack_arg = root.repl;
+        pcfg->ack_wait_ms = (uint32_t)o->repl_ack_wait_ms;
+    }
     if (o->replicas > 0) {
         pcfg->route_fn = route_key;
         pcfg->route_arg = root.repl;
@@ -365,10 +397,11 @@ static int root_setup(void *arg, const options *o, store *s,
     (void)arg;
     (void)s;
     (void)pcfg;
-    if (o->repl_port != 0 || o->registry_port != 0) {
+    if (o->repl_port != 0 || o->registry_port != 0 ||
+        o->repl_ack_wait_ms != 0) {
         snprintf(err, nerr,
-                 "this build has no replication (repl_port and "
-                 "registry_port must be 0)");
+                 "this build has no replication (repl_port, "
+                 "registry_port and repl_ack_wait_ms must be 0)");
         return -1;
     }
     return 0;

@@ -300,6 +300,11 @@ repl *repl_create(store *s, const repl_options *o, char *err, size_t nerr)
                  "repl_push_queue > 0");
         return NULL;
     }
+    if (o->acks && o->replicas != 0) {
+        snprintf(err, nerr,
+                 "repl_ack_wait_ms needs full replication (replicas = 0)");
+        return NULL;
+    }
     struct repl *r = calloc(1, sizeof(*r));
     if (!r) {
         snprintf(err, nerr, "out of memory");

@@ -76,6 +76,15 @@ typedef struct repl_options {
     uint32_t handoff_ms;      /* a lost partition is kept at least this long */
     uint32_t down_ms;      /* a static peer down this long leaves the ring */
     const char *advertise; /* "host:port" of this node's client port */
+    /*
+     * Acknowledged writes (full replication only): pushes ask their
+     * receivers to confirm them (PUSH_ACK), so that repl_ticket_held can
+     * tell when a peer holds a client write. on_acked, when set, runs on
+     * the replication thread each time a confirmation comes in.
+     */
+    bool acks;
+    void (*on_acked)(void *arg);
+    void *acked_arg;
 } repl_options;
 
 void repl_options_default(repl_options *o);
@@ -108,6 +117,19 @@ void repl_emit_ring_stats(repl *r, stats_emit_fn emit, void *arg);
  * long the verdict has held).
  */
 void repl_emit_health(repl *r, stats_emit_fn emit, void *arg);
+
+/*
+ * Tickets (repl_options.acks): every client write queued for push gets the
+ * next number. Called on a client thread, returns the newest ticket that
+ * thread's writes got since its last call (0: none), and sets *dropped
+ * when one of them was refused by the full push queue (no push will
+ * carry it: no peer will confirm it).
+ */
+uint64_t repl_ticket_take(bool *dropped);
+
+/* Whether a peer confirmed applying the write of ticket t, and so every
+ * write of this node's queue up to it that was sent to it (any thread). */
+bool repl_ticket_held(repl *r, uint64_t t);
 
 /* An owner a client request may be relayed to. */
 typedef struct repl_target {

@@ -284,6 +284,7 @@ int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
     if (repl_wire_get_mutations_head(p, len, &flags, &count) != REPL_WIRE_OK)
         return -1;
     size_t off = repl_wire_mutations_records_at(flags);
+    r->apply_refused = 0;
     for (uint32_t i = 0; i < count; i++) {
         store_mutation m;
         long n =
@@ -328,8 +329,10 @@ int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
                 (*old_applied)++;
         } else if (rc == STORE_STALE)
             PST_ADD(&r->st, stale, 1);
-        else
+        else {
             PST_ADD(&r->st, rejected_records, 1);
+            r->apply_refused++;
+        }
     }
     return off == len ? (int)count : -1;
 }
@@ -357,6 +360,7 @@ static void conn_ready(void *arg, repl_link *l)
         p->prev_link_seq = p->link_seq;
         p->link_seq = r->log.head;
         p->lag_from = 0;
+        repl_ack_link_up(r, p);
         if (was_down)
             LOG(LOG_LEVEL_WARN, "repl", "peer %s (node %u) up after %.1f s",
                 p->name, (unsigned)repl_link_peer_id(l),

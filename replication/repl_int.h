@@ -141,6 +141,7 @@ struct pstats {
     X(incoming_refused)                                                       \
     X(duplicate_node_id)                                                      \
     X(push_queue_dropped)                                                     \
+    X(push_acks)                                                              \
     X(encoder_builds)                                                         \
     X(encoder_spares_freed)                                                   \
     X(served_bytes_sent)                                                      \
@@ -402,6 +403,17 @@ struct repl {
     /* the window's timer is armed and will drain the queue: writers
      * need not wake this thread (under qlock) */
     bool q_timed;
+    /* Acknowledgements (repl_push.c, o.acks): tickets number the queued
+     * writes in queue order, q_enq the last one queued (under qlock) and
+     * q_deq the last one taken by this thread. Per peer slot, the newest
+     * ticket it said it applied and the newest one not sent to it on its
+     * current link (atomics: client threads read them). */
+    uint64_t q_enq, q_deq;
+    /* records the store refused in the last repl_apply_records */
+    uint32_t apply_refused;
+    struct ack_slot {
+        uint64_t acked, gap;
+    } acks[PEER_MAX];
     /* resume (repl_push.c): our push log, what we applied of each
      * peer's, and until when rounds wait for resumes after a link came
      * up */
@@ -560,6 +572,10 @@ void repl_push_catch_up(struct repl *r, struct peer *p);
 /* The push log: set up (false without memory) and freed. */
 bool repl_pushlog_init(struct repl *r);
 void repl_pushlog_free(struct repl *r);
+/* Acknowledgements: p's link came up (what was taken before went to it
+ * on no link of this one); p said it applied the push of ticket t. */
+void repl_ack_link_up(struct repl *r, const struct peer *p);
+void repl_ack_note(struct repl *r, const struct peer *p, uint64_t t);
 /* A link came up: rounds wait RESUME_QUIET_NS (with a push log). */
 void repl_resume_quiet(struct repl *r, uint64_t now);
 /* The receiving side: a push frame of node's, at run/seq, was applied. */

@@ -30,6 +30,11 @@
 
 /* ========================================================== eager push */
 
+/* The newest ticket the calling client thread's writes got since its last
+ * repl_ticket_take, and whether the full queue refused one of them. */
+static _Thread_local uint64_t my_ticket;
+static _Thread_local bool my_dropped;
+
 /* Store listener: runs on client worker threads. */
 void repl_on_change(void *arg, store_item *it, bool origin_local)
 {
@@ -49,16 +54,99 @@ void repl_on_change(void *arg, store_item *it, bool origin_local)
         pthread_mutex_unlock(&r->qlock);
         store_item_release(it);
         PST_ADD(&r->st, push_queue_dropped, 1);
+        my_dropped = true;
         return;
     }
     r->queue[(r->qhead + r->qlen) % r->qcap] = it;
     wake = r->qlen++ == 0 && !r->q_timed;
+    my_ticket = ++r->q_enq;
     pthread_mutex_unlock(&r->qlock);
     if (wake) {
         uint64_t one = 1;
         ssize_t n = write(r->wake_fd, &one, sizeof(one));
         (void)n; /* a full counter already means "wake up" */
     }
+}
+
+/* ==================================================== acknowledgements */
+
+/*
+ * A client write is held by a peer once that peer confirmed (PUSH_ACK) a
+ * push frame at or after the write's ticket, on a link that was sent the
+ * write. Frames go to a peer in ticket order and are applied in order, so
+ * a confirmation covers every write before it that the link carried; the
+ * writes a link did not carry (the peer was down, fed from the log, too
+ * far behind, or the link is newer than the write) raise the slot's gap,
+ * and a confirmation counts only for tickets above it. The gap is stored
+ * before any later frame is sent, and so before the confirmation that
+ * would cover the skipped ticket: a reader that sees the confirmation
+ * (acquire) sees the gap too.
+ */
+uint64_t repl_ticket_take(bool *dropped)
+{
+    uint64_t t = my_ticket;
+    *dropped = my_dropped;
+    my_ticket = 0;
+    my_dropped = false;
+    return t;
+}
+
+bool repl_ticket_held(repl *r, uint64_t t)
+{
+    /* Every slot: one never used confirmed nothing (acked 0), and the
+     * table's size is the replication thread's. */
+    for (int i = 0; i < PEER_MAX; i++) {
+        uint64_t acked = __atomic_load_n(&r->acks[i].acked, __ATOMIC_SEQ_CST);
+        if (acked >= t &&
+            __atomic_load_n(&r->acks[i].gap, __ATOMIC_ACQUIRE) < t)
+            return true;
+    }
+    return false;
+}
+
+/* Slot i was not sent the writes up to ticket t. */
+static void ack_gap(struct repl *r, int i, uint64_t t)
+{
+    if (t > r->acks[i].gap)
+        __atomic_store_n(&r->acks[i].gap, t, __ATOMIC_RELEASE);
+}
+
+static void ack_gap_all(struct repl *r, uint64_t t)
+{
+    for (int i = 0; i < r->npeers; i++)
+        ack_gap(r, i, t);
+}
+
+void repl_ack_link_up(struct repl *r, const struct peer *p)
+{
+    ack_gap(r, (int)(p - r->peers), r->q_deq);
+}
+
+/* Whether another slot than i already holds every ticket in (lo, hi]. */
+static bool held_elsewhere(const struct repl *r, int i, uint64_t lo,
+                           uint64_t hi)
+{
+    for (int j = 0; j < r->npeers; j++)
+        if (j != i && r->acks[j].acked >= hi && r->acks[j].gap <= lo)
+            return true;
+    return false;
+}
+
+void repl_ack_note(struct repl *r, const struct peer *p, uint64_t t)
+{
+    int i = (int)(p - r->peers);
+    struct ack_slot *a = &r->acks[i];
+    if (t <= a->acked || t > r->q_deq)
+        return; /* old, or not a ticket of ours */
+    uint64_t lo = a->acked > a->gap ? a->acked : a->gap;
+    /* Sequentially consistent, as the client thread's count of waiting
+     * connections that on_acked reads next: either that thread sees this
+     * confirmation when it checks again, or on_acked sees it waiting. */
+    __atomic_store_n(&a->acked, t, __ATOMIC_SEQ_CST);
+    PST_ADD(&r->st, push_acks, 1);
+    /* The second peer's word on the same writes wakes nobody. */
+    if (r->o.on_acked && t > lo && !held_elsewhere(r, i, lo, t))
+        r->o.on_acked(r->o.acked_arg);
 }
 
 /* ============================================================ push log */
@@ -143,14 +231,16 @@ static void pushlog_add(struct pushlog *g, store_item *it)
  */
 static void push_frame(struct repl *r, size_t len, uint32_t count,
                        struct peer *only, uint64_t first, uint64_t seq,
-                       bool from_log)
+                       uint64_t ticket, bool from_log)
 {
     for (int i = 0; i < r->npeers; i++) {
         struct peer *p = &r->peers[i];
-        if (!repl_peer_ready(p) || (only && p != only))
+        if (!repl_peer_ready(p) || (only && p != only) ||
+            (!from_log && p->lag_from != 0)) {
+            if (ticket != 0)
+                ack_gap(r, i, ticket);
             continue;
-        if (!from_log && p->lag_from != 0)
-            continue;
+        }
         if (!from_log &&
             repl_link_output_length(p->conn->link) > OUT_HIGH_WATER) {
             if (first != 0) {
@@ -163,8 +253,12 @@ static void push_frame(struct repl *r, size_t len, uint32_t count,
                         "such lines since the last",
                         p->name, (unsigned)p->node_id,
                         (unsigned)(OUT_HIGH_WATER >> 20), (unsigned)held);
+                if (ticket != 0)
+                    ack_gap(r, i, ticket);
                 continue;
             }
+            if (ticket != 0)
+                ack_gap(r, i, ticket);
             PST_ADD(&p->st, push_dropped, count);
             repl_rounds_wanted(r);
             uint32_t held = 0;
@@ -178,13 +272,13 @@ static void push_frame(struct repl *r, size_t len, uint32_t count,
             continue;
         }
         uint8_t *q = repl_payload_area(r);
-        if (seq != 0) {
-            repl_wire_put_mutations_head(q, REPL_MUT_PUSH | REPL_MUT_SEQ,
-                                         count);
+        uint8_t flags = REPL_MUT_PUSH | (seq != 0 ? REPL_MUT_SEQ : 0) |
+                        (ticket != 0 ? REPL_MUT_ACK : 0);
+        repl_wire_put_mutations_head(q, flags, count);
+        if (seq != 0)
             repl_wire_put_mutations_pos(q, r->log.run, seq);
-        } else {
-            repl_wire_put_mutations_head(q, REPL_MUT_PUSH, count);
-        }
+        if (ticket != 0)
+            repl_wire_put_mutations_ticket(q, ticket);
         repl_conn_send(p->conn, REPL_MSG_MUTATIONS, (uint32_t)len);
         PST_ADD(&p->st, pushed, count);
         PST_ADD(&p->st, push_frames, 1);
@@ -205,22 +299,28 @@ static bool live_receivers(const struct repl *r)
 /*
  * Pushes a batch of writes: to every peer (only NULL), or to one peer, the
  * items of partitions it owns (and the global one). seq0 is the push log's
- * number of batch[0], the others following it (0: no log); from_log as
- * push_frame's.
+ * number of batch[0], the others following it (0: no log); ticket0 the
+ * ticket of batch[0] when the receivers are to confirm the frames (0:
+ * not); from_log as push_frame's.
  */
 static void push_batch(struct repl *r, store_item **batch, size_t n,
-                       struct peer *only, uint64_t seq0, bool from_log)
+                       struct peer *only, uint64_t seq0, uint64_t ticket0,
+                       bool from_log)
 {
     /* With every peer down or fed from the log, a live batch would be
      * encoded for nobody: the log (or the rounds) carries it. */
-    if (!from_log && only == NULL && !live_receivers(r))
+    if (!from_log && only == NULL && !live_receivers(r)) {
+        if (ticket0 != 0)
+            ack_gap_all(r, ticket0 + n - 1);
         return;
+    }
     size_t cap = repl_records_cap(r);
     uint8_t *q = repl_payload_area(r);
-    size_t start = repl_wire_mutations_records_at(seq0 ? REPL_MUT_SEQ : 0);
+    size_t start = repl_wire_mutations_records_at(
+        (seq0 ? REPL_MUT_SEQ : 0) | (ticket0 ? REPL_MUT_ACK : 0));
     size_t len = start;
     uint32_t count = 0;
-    uint64_t first = 0, last = 0;
+    uint64_t first = 0, last = 0, ticket = 0;
     for (size_t i = 0; i < n; i++) {
         if (only) {
             uint32_t p = store_item_partition(r->s, batch[i]);
@@ -228,7 +328,7 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
                 continue;
         }
         if (len + REPL_WIRE_MUT_FIXED + 250 + r->o.item_size_max > cap) {
-            push_frame(r, len, count, only, first, last, from_log);
+            push_frame(r, len, count, only, first, last, ticket, from_log);
             len = start;
             count = 0;
         }
@@ -238,10 +338,13 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
             if (count++ == 0)
                 first = seq0 ? seq0 + i : 0;
             last = seq0 ? seq0 + i : 0;
+            ticket = ticket0 ? ticket0 + i : 0;
+        } else if (ticket0 != 0) {
+            ack_gap_all(r, ticket0 + i); /* no frame carries it */
         }
     }
     if (count)
-        push_frame(r, len, count, only, first, last, from_log);
+        push_frame(r, len, count, only, first, last, ticket, from_log);
 }
 
 /*
@@ -262,7 +365,7 @@ static uint64_t log_send(struct repl *r, struct peer *p, uint64_t from,
         size_t n = 0;
         while (n < PUSH_BATCH && q + n < to)
             batch[n] = g->items[(q + n) & (g->cap - 1)], n++;
-        push_batch(r, batch, n, p, q, true);
+        push_batch(r, batch, n, p, q, 0, true);
         q += n;
     }
     return q;
@@ -324,6 +427,9 @@ static void push_drain(struct repl *r, bool chase)
             break;
         todo -= n;
         total += n;
+        /* The queue hands writes out in the order they got tickets. */
+        uint64_t ticket0 = r->o.acks ? r->q_deq + 1 : 0;
+        r->q_deq += n;
         /* Peers fed from the log take what it holds first: caught up,
          * they receive this batch live, in order. */
         for (int i = 0; i < r->npeers; i++)
@@ -335,12 +441,13 @@ static void push_drain(struct repl *r, bool chase)
                 pushlog_add(&r->log, batch[i]);
         }
         if (!repl_partitioned(r)) {
-            push_batch(r, batch, n, NULL, seq0, false);
+            push_batch(r, batch, n, NULL, seq0, ticket0, false);
         } else {
-            /* Each peer gets the writes of the partitions it owns. */
+            /* Each peer gets the writes of the partitions it owns
+             * (acknowledgements need full replication: no tickets). */
             for (int i = 0; i < r->npeers; i++)
                 if (repl_peer_ready(&r->peers[i]))
-                    push_batch(r, batch, n, &r->peers[i], seq0, false);
+                    push_batch(r, batch, n, &r->peers[i], seq0, 0, false);
         }
         for (size_t i = 0; i < n; i++)
             store_item_release(batch[i]);
@@ -365,6 +472,11 @@ static void push_drain(struct repl *r, bool chase)
  */
 static bool arm_window(struct repl *r)
 {
+    /* A client that waits for its write to be confirmed sends no other
+     * meanwhile: with acknowledgements, a drain that carried one write
+     * had no stream to wait for. */
+    if (r->o.acks && r->last_push_n < 2)
+        return false;
     struct timeval tv = {0, (suseconds_t)r->o.push_delay_us};
     if (evtimer_add(r->push_timer, &tv) != 0)
         return false;

@@ -618,6 +618,14 @@ int repl_on_reply(struct conn *c, const repl_frame *f)
         return -1;
     case REPL_MSG_INFO:
         return on_info(c->r, p, f->payload, f->length);
+    case REPL_MSG_PUSH_ACK: {
+        uint64_t ticket;
+        if (repl_wire_get_push_ack(f->payload, f->length, &ticket) !=
+            REPL_WIRE_OK)
+            return -1;
+        repl_ack_note(c->r, p, ticket);
+        return 0;
+    }
     case REPL_MSG_RESUME: {
         uint64_t run, seq, their_run;
         if (repl_wire_get_resume(f->payload, f->length, &run, &seq,

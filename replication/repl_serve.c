@@ -300,7 +300,7 @@ int repl_serve(struct conn *c, const repl_frame *f)
     case REPL_MSG_BULK_REQ:
         return f->length == 0 ? serve_bulk(c) : -1;
     case REPL_MSG_MUTATIONS: {
-        uint64_t run, seq;
+        uint64_t run, seq, ticket;
         int n =
             repl_apply_records(c->r, f->payload, f->length, NULL, 0, 0, NULL);
         if (n < 0)
@@ -309,6 +309,16 @@ int repl_serve(struct conn *c, const repl_frame *f)
         if (repl_wire_get_mutations_pos(f->payload, f->length, &run, &seq) ==
             REPL_WIRE_OK)
             repl_resume_note(c->r, repl_link_peer_id(c->link), run, seq);
+        /* Its sender waits for a peer to hold these writes: confirm, unless
+         * the store refused one (the sender's wait then ends in a timeout,
+         * or in another peer's confirmation). */
+        if (repl_wire_get_mutations_ticket(f->payload, f->length, &ticket) ==
+                REPL_WIRE_OK &&
+            c->r->apply_refused == 0) {
+            uint8_t *q = repl_payload_area(c->r);
+            return repl_conn_send(c, REPL_MSG_PUSH_ACK,
+                                  (uint32_t)repl_wire_put_push_ack(q, ticket));
+        }
         return 0;
     }
     case REPL_MSG_DONE:

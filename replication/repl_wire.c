@@ -481,6 +481,37 @@ int repl_wire_get_mutations_pos(const uint8_t *p, size_t len, uint64_t *run,
     return REPL_WIRE_OK;
 }
 
+void repl_wire_put_mutations_ticket(uint8_t *out, uint64_t ticket)
+{
+    size_t at = repl_wire_mutations_records_at(out[0]) - REPL_WIRE_MUT_TICKET;
+    repl_wire_put_u64(out + at, ticket);
+}
+
+int repl_wire_get_mutations_ticket(const uint8_t *p, size_t len,
+                                   uint64_t *ticket)
+{
+    if (len < REPL_WIRE_MUT_HEADER || !(p[0] & REPL_MUT_ACK) ||
+        len < repl_wire_mutations_records_at(p[0]))
+        return REPL_WIRE_ERR_FORMAT;
+    *ticket = repl_wire_get_u64(p + repl_wire_mutations_records_at(p[0]) -
+                                REPL_WIRE_MUT_TICKET);
+    return REPL_WIRE_OK;
+}
+
+size_t repl_wire_put_push_ack(uint8_t *out, uint64_t ticket)
+{
+    repl_wire_put_u64(out, ticket);
+    return REPL_WIRE_PUSH_ACK;
+}
+
+int repl_wire_get_push_ack(const uint8_t *p, size_t len, uint64_t *ticket)
+{
+    if (len != REPL_WIRE_PUSH_ACK)
+        return REPL_WIRE_ERR_FORMAT;
+    *ticket = repl_wire_get_u64(p);
+    return REPL_WIRE_OK;
+}
+
 size_t repl_wire_put_resume(uint8_t *out, uint64_t run, uint64_t seq,
                             uint64_t own_run)
 {

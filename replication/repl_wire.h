@@ -87,6 +87,9 @@ enum repl_msg {
     REPL_MSG_REG_PING_ACK = 28,  /* token u64, target node u32, ok u8 */
     REPL_MSG_PSUMS_REQ = 29,     /* bucket u8, first u8, count u8 */
     REPL_MSG_PSUMS = 30,         /* bucket u8, first u8, count u8, terms */
+    /* The receiver of a push flagged REPL_MUT_ACK applied it: the frame's
+     * ticket u64 (repl_wire_put_push_ack). */
+    REPL_MSG_PUSH_ACK = 31,
 };
 
 /* A parsed frame header. */
@@ -259,13 +262,19 @@ long repl_wire_get_mutation(const uint8_t *buf, size_t len, size_t max_value,
 /* An eager push with its place in the sender's push log: run u64 | seq u64
  * (the seq of the frame's last record) follow the header. */
 #define REPL_MUT_SEQ 8
+/* An eager push whose sender acknowledges writes only once a peer holds
+ * them: ticket u64 (the number of the frame's last write in the sender's
+ * queue) follows the header and position; the receiver answers PUSH_ACK
+ * with it once the frame is applied. */
+#define REPL_MUT_ACK 16
 
 /*
  * MUTATIONS: flags u8 | count u32 | [run u64 | seq u64 with REPL_MUT_SEQ]
- * | count records (repl_wire_put_mutation).
+ * | [ticket u64 with REPL_MUT_ACK] | count records (repl_wire_put_mutation).
  */
 #define REPL_WIRE_MUT_HEADER 5
 #define REPL_WIRE_MUT_POS 16
+#define REPL_WIRE_MUT_TICKET 8
 
 size_t repl_wire_put_mutations_head(uint8_t *out, uint8_t flags,
                                     uint32_t count);
@@ -277,7 +286,8 @@ void repl_wire_put_mutations_pos(uint8_t *out, uint64_t run, uint64_t seq);
 static inline size_t repl_wire_mutations_records_at(uint8_t flags)
 {
     return REPL_WIRE_MUT_HEADER +
-           ((flags & REPL_MUT_SEQ) ? REPL_WIRE_MUT_POS : 0);
+           ((flags & REPL_MUT_SEQ) ? REPL_WIRE_MUT_POS : 0) +
+           ((flags & REPL_MUT_ACK) ? REPL_WIRE_MUT_TICKET : 0);
 }
 
 /* Reads the header (and checks the position fits when flagged); the
@@ -288,6 +298,19 @@ int repl_wire_get_mutations_head(const uint8_t *p, size_t len, uint8_t *flags,
 /* The push position of a frame whose header is flagged REPL_MUT_SEQ. */
 int repl_wire_get_mutations_pos(const uint8_t *p, size_t len, uint64_t *run,
                                 uint64_t *seq);
+
+/* Writes the ticket after a header flagged REPL_MUT_ACK (and its position,
+ * when flagged REPL_MUT_SEQ). */
+void repl_wire_put_mutations_ticket(uint8_t *out, uint64_t ticket);
+
+/* The ticket of a frame whose header is flagged REPL_MUT_ACK. */
+int repl_wire_get_mutations_ticket(const uint8_t *p, size_t len,
+                                   uint64_t *ticket);
+
+/* PUSH_ACK: ticket u64. */
+#define REPL_WIRE_PUSH_ACK 8
+size_t repl_wire_put_push_ack(uint8_t *out, uint64_t ticket);
+int repl_wire_get_push_ack(const uint8_t *p, size_t len, uint64_t *ticket);
 
 /*
  * RESUME: run u64 | seq u64 | own run u64: the last push applied of the

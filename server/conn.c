@@ -82,6 +82,10 @@ struct conn {
                            now: rev polls it every CONN_STREAM_POLL_MS */
     bool closed_error;  /* the parser closed for a protocol error */
     bool tls_wants_write; /* a TLS read must wait for writability */
+    uint64_t ack_ticket;  /* replies held until a peer holds the writes up
+                             to this ticket (0: none held) */
+    uint64_t ack_deadline_ns;
+    conn *ack_prev, *ack_next; /* env's list of waiting connections */
     uint32_t last_active;
     uint32_t opened;
     uint32_t closing_since;
@@ -128,6 +132,10 @@ int conn_env_init(conn_env *env)
     env->relays = NULL;
     env->tls_wbuf = NULL;
     env->inputs = env->piped = 0;
+    env->ack_head = env->ack_tail = NULL;
+    env->ack_waiting = 0;
+    env->ack_kicked = false;
+    env->ack_timer = NULL;
     /* One block for both; without it nothing is lent. */
     env->in_flat = malloc(CONN_READ_CHUNK + PROTO_OUT_FLAT);
     env->out_flat =
@@ -147,10 +155,16 @@ static void relay_wake(void *owner)
     event_active(&c->pev, EV_TIMEOUT, 0);
 }
 
+static void ack_unlink(conn *c);
+
 /* Releases everything the connection holds and recycles the structure. */
 static void conn_close(conn *c)
 {
     conn_env *env = c->env;
+
+    if (c->ack_ticket != 0) {
+        ack_unlink(c);
+    }
 
     pthread_mutex_lock(&env->lock);
     if (c->prev != NULL) {
@@ -274,6 +288,8 @@ int conn_open(conn_env *env, int fd, const struct sockaddr *sa,
     c->idle_stream = false;
     c->closed_error = false;
     c->tls_wants_write = false;
+    c->ack_ticket = 0;
+    c->ack_prev = c->ack_next = NULL;
     touch(c);
     c->opened = c->last_active;
     c->closing_since = 0;
@@ -449,10 +465,11 @@ static int rev_add(conn *c)
 
 /*
  * Replies the parser left in the worker's memory: written at once when
- * nothing is queued before them, and what the socket did not take (or all
- * of them, behind queued replies) copied to c->out, as that memory serves
- * the next connection. A failed write leaves them all to c->out, where
- * flush_out meets the error. Returns false without memory for them.
+ * nothing is queued before them (and they are not held for a peer's
+ * confirmation), and what the socket did not take (or all of them) copied
+ * to c->out, as that memory serves the next connection. A failed write
+ * leaves them all to c->out, where flush_out meets the error. Returns
+ * false without memory for them.
  */
 static bool settle_out(conn *c)
 {
@@ -462,7 +479,7 @@ static bool settle_out(conn *c)
     if (n == 0) {
         return true;
     }
-    if (evbuffer_get_length(c->out) == 0) {
+    if (evbuffer_get_length(c->out) == 0 && c->ack_ticket == 0) {
         ssize_t w;
         do {
             w = write(c->fd, p, n);
@@ -475,6 +492,190 @@ static bool settle_out(conn *c)
         }
     }
     return n == 0 || evbuffer_add(c->out, p, n) == 0;
+}
+
+/* ================================================ acknowledged writes */
+
+/*
+ * With repl_ack_wait_ms, the replies of a parser call that wrote wait in
+ * c->out until a peer holds its writes: the connection parses nothing
+ * meanwhile (replies keep their order; what arrives is kept for after,
+ * ack_read_ahead), and sits on its worker's list, oldest first. The
+ * replication thread's confirmation wakes the worker (conn_env_ack_kick, then
+ * conn_env_acks); a timer at the oldest deadline closes, unanswered, those no
+ * peer confirmed in time. A client that was not answered cannot take the write
+ * for durable; it may still reach the peers, as any write this node holds.
+ */
+
+enum ack_verdict {
+    ACK_NONE, /* nothing to wait for */
+    ACK_WAIT, /* replies held */
+    ACK_FAIL, /* a write will never be confirmed: close unanswered */
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void ack_unlink(conn *c)
+{
+    conn_env *env = c->env;
+    if (c->ack_prev != NULL) {
+        c->ack_prev->ack_next = c->ack_next;
+    } else {
+        env->ack_head = c->ack_next;
+    }
+    if (c->ack_next != NULL) {
+        c->ack_next->ack_prev = c->ack_prev;
+    } else {
+        env->ack_tail = c->ack_prev;
+    }
+    c->ack_prev = c->ack_next = NULL;
+    c->ack_ticket = 0;
+    __atomic_sub_fetch(&env->ack_waiting, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Arms the timer for the oldest waiting connection's deadline. */
+static void ack_arm(conn_env *env, uint64_t now)
+{
+    if (env->ack_head == NULL || env->ack_timer == NULL) {
+        return;
+    }
+    uint64_t left = env->ack_head->ack_deadline_ns > now
+                        ? env->ack_head->ack_deadline_ns - now
+                        : 0;
+    struct timeval tv = {(time_t)(left / 1000000000ull),
+                         (suseconds_t)(left % 1000000000ull / 1000)};
+    /* A failure leaves the confirmations to answer them, not the clock. */
+    (void)evtimer_add(env->ack_timer, &tv);
+}
+
+static void ack_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+/* After a parser call (has_output: it left replies): whether they wait. */
+static enum ack_verdict ack_hold(conn *c, bool has_output)
+{
+    conn_env *env = c->env;
+    const proto_config *cfg = env->pcfg;
+    if (cfg->ack_take == NULL) {
+        return ACK_NONE;
+    }
+    bool dropped = false;
+    uint64_t t = cfg->ack_take(cfg->ack_arg, &dropped);
+    if (!has_output || (t == 0 && !dropped)) {
+        return c->ack_ticket != 0 ? ACK_WAIT : ACK_NONE;
+    }
+    if (dropped) {
+        return ACK_FAIL;
+    }
+    if (c->ack_ticket != 0) {
+        c->ack_ticket = t > c->ack_ticket ? t : c->ack_ticket;
+        return ACK_WAIT;
+    }
+    if (cfg->ack_held(cfg->ack_arg, t)) {
+        return ACK_NONE;
+    }
+    if (env->ack_timer == NULL) {
+        env->ack_timer = evtimer_new(env->base, ack_timer_cb, env);
+        if (env->ack_timer == NULL) {
+            return ACK_FAIL;
+        }
+    }
+    uint64_t now = mono_ns();
+    c->ack_ticket = t;
+    c->ack_deadline_ns = now + (uint64_t)cfg->ack_wait_ms * 1000000ull;
+    c->ack_next = NULL;
+    c->ack_prev = env->ack_tail;
+    if (env->ack_tail != NULL) {
+        env->ack_tail->ack_next = c;
+    } else {
+        env->ack_head = c;
+    }
+    env->ack_tail = c;
+    /* Counted before looking again: either this look sees a confirmation
+     * that came meanwhile, or its sender sees this connection waiting and
+     * wakes the worker (both sequentially consistent). */
+    __atomic_add_fetch(&env->ack_waiting, 1, __ATOMIC_SEQ_CST);
+    if (cfg->ack_held(cfg->ack_arg, t)) {
+        ack_unlink(c);
+        return ACK_NONE;
+    }
+    STATS_INCR(env->stats, repl_ack_waits);
+    if (env->ack_head == c) {
+        ack_arm(env, now);
+    }
+    return ACK_WAIT;
+}
+
+/* A write of the parser call will never be confirmed: no reply of it, nor
+ * any queued before it, goes out, and the connection closes. */
+static int ack_fail(conn *c)
+{
+    STATS_INCR(c->env->stats, repl_ack_failures);
+    c->ctx.out_flat_len = 0;
+    evbuffer_drain(c->out, evbuffer_get_length(c->out));
+    return PROTO_CLOSE;
+}
+
+static bool flush_out(conn *c);
+static void start_closing(conn *c);
+
+/*
+ * Answers the waiting connections whose writes a peer now holds; with
+ * `expire`, closes unanswered those past their deadline.
+ */
+static void ack_scan(conn_env *env, bool expire)
+{
+    const proto_config *cfg = env->pcfg;
+    uint64_t now = mono_ns();
+    conn *c = env->ack_head;
+    while (c != NULL) {
+        conn *next = c->ack_next;
+        if (cfg->ack_held(cfg->ack_arg, c->ack_ticket)) {
+            ack_unlink(c);
+            /* What the client sent meanwhile (ack_read_ahead) is parsed
+             * now; flush_out sees to a connection that stopped reading. */
+            if (flush_out(c) && c->reading &&
+                (evbuffer_get_length(c->in) > 0 || c->paused ||
+                 (c->tls != NULL && tls_conn_pending(c->tls)))) {
+                event_active(&c->rev, EV_READ, 0);
+            }
+        } else if (expire && now >= c->ack_deadline_ns) {
+            ack_unlink(c);
+            (void)ack_fail(c);
+            start_closing(c);
+            flush_out(c);
+        }
+        c = next;
+    }
+    ack_arm(env, now);
+}
+
+static void ack_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ack_scan(arg, true);
+}
+
+bool conn_env_ack_kick(conn_env *env)
+{
+    if (__atomic_load_n(&env->ack_waiting, __ATOMIC_SEQ_CST) == 0) {
+        return false;
+    }
+    return !__atomic_exchange_n(&env->ack_kicked, true, __ATOMIC_SEQ_CST);
+}
+
+void conn_env_acks(conn_env *env)
+{
+    /* Down first: a confirmation after this store kicks again. */
+    __atomic_store_n(&env->ack_kicked, false, __ATOMIC_SEQ_CST);
+    if (env->ack_head != NULL) {
+        ack_scan(env, false);
+    }
 }
 
 /*
@@ -517,12 +718,19 @@ static int run_parser(conn *c, size_t lent)
                 rc = PROTO_CLOSE;
             }
         }
+        if (ack_hold(c, evbuffer_get_length(c->out) > 0) == ACK_FAIL) {
+            rc = ack_fail(c);
+        }
     } else {
         c->ctx.in_flat = lent > 0 ? env->in_flat : NULL;
         c->ctx.in_flat_len = lent;
         c->ctx.out_flat = c->tls == NULL ? env->out_flat : NULL;
         c->ctx.out_flat_cap = c->ctx.out_flat != NULL ? PROTO_OUT_FLAT : 0;
         rc = proto_text_execute(&c->ctx, c->in, c->out);
+        if (ack_hold(c, c->ctx.out_flat_len > 0 ||
+                            evbuffer_get_length(c->out) > 0) == ACK_FAIL) {
+            rc = ack_fail(c);
+        }
         c->ctx.in_flat = NULL;
         c->ctx.in_flat_len = 0;
         c->ctx.out_flat = NULL;
@@ -595,6 +803,15 @@ static int write_tls(conn *c)
  */
 static bool flush_out(conn *c)
 {
+    if (c->ack_ticket != 0) {
+        /* Held for a peer's confirmation (ack_scan flushes again); a
+         * writable socket must not call back meanwhile. */
+        if (c->writing) {
+            event_del(&c->wev);
+            c->writing = false;
+        }
+        return true;
+    }
     size_t total = 0;
     while (evbuffer_get_length(c->out) > 0) {
         int n = c->tls != NULL ? write_tls(c) : evbuffer_write(c->out, c->fd);
@@ -682,6 +899,29 @@ static bool flush_out(conn *c)
 
 static void after_parse(conn *c, int rc, bool eof);
 
+/*
+ * Replies wait for a peer's confirmation: what the client sends meanwhile
+ * is kept in c->in for after. Reading stays armed, which spares an
+ * epoll_ctl pair per acknowledged write; it stops beyond half of
+ * input_max, at the end of input or on an error, which the read after
+ * the wait meets again.
+ */
+static void ack_read_ahead(conn *c)
+{
+    ssize_t r = read_chunk(c, CONN_READ_CHUNK);
+    if (r > 0) {
+        STATS_ADD(c->env->stats, bytes_read, (uint64_t)r);
+        touch(c);
+        /* Half: after the wait, what the parser leaves of it stays
+         * below the cap after_parse closes at. */
+        if (evbuffer_get_length(c->in) > c->env->input_max / 2) {
+            stop_reading(c);
+        }
+    } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+        stop_reading(c);
+    }
+}
+
 static void read_cb(evutil_socket_t fd, short what, void *arg)
 {
     conn *c = arg;
@@ -693,6 +933,10 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (c->ack_ticket != 0) {
+        ack_read_ahead(c);
+        return;
+    }
     /* A parser that stopped with requests (or a dump) left goes on first:
      * input is read only once it has caught up, so it stays bounded. */
     while (!c->paused && reads < env->reqs_per_event) {
@@ -858,8 +1102,9 @@ void conn_env_destroy(conn_env *env)
     while (env->head != NULL) {
         conn *c = env->head;
         /* One last try to hand over pending replies (e.g. to the client
-         * that asked for shutdown); the socket is non-blocking. */
-        if (evbuffer_get_length(c->out) > 0) {
+         * that asked for shutdown); the socket is non-blocking. Replies
+         * still waiting for a peer's confirmation are not answers. */
+        if (evbuffer_get_length(c->out) > 0 && c->ack_ticket == 0) {
             if (c->tls != NULL) {
                 write_tls(c);
             } else {
@@ -872,6 +1117,10 @@ void conn_env_destroy(conn_env *env)
         conn *c = env->free_list;
         env->free_list = c->next;
         conn_free(c);
+    }
+    if (env->ack_timer != NULL) {
+        event_free(env->ack_timer);
+        env->ack_timer = NULL;
     }
     free(env->tls_wbuf);
     env->tls_wbuf = NULL;

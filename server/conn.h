@@ -78,6 +78,14 @@ typedef struct conn_env {
     char *out_flat;  /* and replies; NULL: nothing is lent */
     unsigned inputs; /* reads that brought requests, since the last take */
     unsigned piped;  /* those of them that brought more than one */
+    /* Connections whose replies wait for a peer to hold their writes
+     * (proto_config.ack_held), oldest first; their count and whether a
+     * wake-up is on its way (atomics: the replication thread reads them
+     * through conn_env_ack_kick); the timer of the oldest's deadline. */
+    conn *ack_head, *ack_tail;
+    int ack_waiting;
+    bool ack_kicked;
+    struct event *ack_timer;
 } conn_env;
 
 /* Initializes the private part of env. Returns 0 (without memory to lend
@@ -118,6 +126,15 @@ void conn_env_take_inputs(conn_env *env, unsigned *inputs, unsigned *piped);
 
 /* A coarse monotonic clock in seconds, for activity stamps. */
 uint32_t conn_now(void);
+
+/*
+ * Acknowledged writes. conn_env_ack_kick (any thread, after a peer
+ * confirmed writes) returns true when env has connections waiting and no
+ * wake-up is pending yet: the caller then wakes env's thread, which calls
+ * conn_env_acks to answer those whose writes a peer now holds.
+ */
+bool conn_env_ack_kick(conn_env *env);
+void conn_env_acks(conn_env *env);
 
 /* What `stats conns` lists of one connection. */
 typedef struct conn_info {

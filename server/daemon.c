@@ -607,6 +607,11 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 }
 
 /* Called on a worker thread when a client sent `shutdown`. */
+void daemon_wake_acks(void)
+{
+    worker_pool_wake_acks();
+}
+
 static void request_shutdown(void *arg)
 {
     (void)arg;

@@ -34,7 +34,9 @@ typedef struct daemon_hooks {
     /* Once the store exists and the stats registry is set up, before the
      * worker threads start: creates what the hooks own, registers their
      * stats groups, and may set pcfg's relay fields (route_fn, route_arg,
-     * proxy_timeout_ms). s stays valid until stop returns. */
+     * proxy_timeout_ms) and its acknowledgement fields (ack_take,
+     * ack_held, ack_arg, ack_wait_ms). s stays valid until stop
+     * returns. */
     int (*setup)(void *arg, const options *o, store *s, proto_config *pcfg,
                  char *err, size_t nerr);
     /* Once the listeners are bound, before the daemon serves: starts the
@@ -58,5 +60,11 @@ typedef struct daemon_hooks {
  * inside with a message on stderr.
  */
 int daemon_main(int argc, char **argv, const daemon_hooks *hooks);
+
+/*
+ * Peers confirmed writes (any thread, while the daemon runs): the workers
+ * answer the connections that waited for them (proto_config.ack_held).
+ */
+void daemon_wake_acks(void);
 
 #endif /* DAEMON_H */

@@ -285,6 +285,10 @@ enum options_proto {
       100000,                                                                 \
       "under a steady stream of writes, microseconds a push waits to carry"   \
       " more (0 = push each wake-up at once)")                                \
+    X(repl_ack_wait_ms, 0, "repl-ack-wait-ms", OPTIONS_UINT, "0", 0, 3600000, \
+      "answer a write only once a peer holds it, waiting at most this many"   \
+      " milliseconds (then the connection closes unanswered); 0 = answer"     \
+      " once this node holds it")                                             \
     X(repl_backlog_kb, 0, "repl-backlog-kb", OPTIONS_UINT, "8192", 0,         \
       4194304,                                                                \
       "KiB of recent local writes kept to resend to a peer whose link"        \

@@ -122,6 +122,17 @@ typedef struct proto_config {
     /* Relays speak TLS to the other nodes' client ports when set (this
      * node runs -Z): tls.h's client side. */
     struct tls_server *relay_tls;
+    /* Acknowledged writes (repl_ack_wait_ms): NULL (the default) answers a
+     * write as soon as the store holds it. Otherwise the connection layer
+     * holds the replies of a parser call that wrote until ack_held says a
+     * peer holds its writes, at most ack_wait_ms. ack_take returns the
+     * calling thread's newest write ticket since its last call (0: none)
+     * and sets *dropped when a write will never be confirmed; ack_held
+     * runs on any thread. */
+    uint64_t (*ack_take)(void *arg, bool *dropped);
+    bool (*ack_held)(void *arg, uint64_t ticket);
+    void *ack_arg;
+    uint32_t ack_wait_ms;
 } proto_config;
 
 /*

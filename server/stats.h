@@ -47,7 +47,9 @@
     X(protocol_errors)                                                        \
     X(proxied_requests)                                                       \
     X(proxy_failures)                                                         \
-    X(worker_naps)
+    X(worker_naps)                                                            \
+    X(repl_ack_waits)                                                         \
+    X(repl_ack_failures)
 
 typedef struct stats_thread {
 #define STATS_FIELD(name) uint64_t name;

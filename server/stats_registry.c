@@ -242,6 +242,10 @@ static void emit_general(stats_emit_fn emit, void *arg)
     emit_u64(emit, arg, "threads", worker_count());
     emit_u64(emit, arg, "conn_yields", yields);
     emit_u64(emit, arg, "worker_naps", t.worker_naps);
+    if (reg.opts != NULL && reg.opts->repl_ack_wait_ms != 0) {
+        emit_u64(emit, arg, "repl_ack_waits", t.repl_ack_waits);
+        emit_u64(emit, arg, "repl_ack_failures", t.repl_ack_failures);
+    }
     emit_u64(emit, arg, "time_in_listen_disabled_us",
              STATS_CONN_GET(listen_disabled_us));
     watch_stats ws;

@@ -5,8 +5,9 @@
  * The hand-off is a mutex-protected queue plus a pipe per worker: the
  * accepting thread queues the socket and writes one byte, the worker's
  * loop wakes on the pipe and takes everything queued. A 'q' byte asks the
- * worker to leave its loop. No libevent locking is needed: no event_base
- * is ever touched by another thread.
+ * worker to leave its loop; an 'a' byte tells it that peers confirmed
+ * writes its connections wait for (worker_pool_wake_acks). No libevent
+ * locking is needed: no event_base is ever touched by another thread.
  */
 #define _GNU_SOURCE /* pipe2, pthread_setname_np */
 #include "worker.h"
@@ -53,6 +54,8 @@ typedef struct worker {
 
 static worker *workers;
 static size_t nworkers;
+/* Keeps worker_pool_wake_acks (another thread) off a pool being freed. */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t next_worker;
 
 static void take_pending(worker *w)
@@ -77,12 +80,19 @@ static void notify_cb(evutil_socket_t fd, short what, void *arg)
     ssize_t n;
 
     (void)what;
+    bool acks = false;
     while ((n = read(fd, buf, sizeof(buf))) > 0) {
         if (memchr(buf, 'q', (size_t)n) != NULL) {
             quit = true;
         }
+        if (memchr(buf, 'a', (size_t)n) != NULL) {
+            acks = true;
+        }
     }
     take_pending(w);
+    if (acks) {
+        conn_env_acks(&w->env);
+    }
     if (quit) {
         event_base_loopbreak(w->base);
     }
@@ -353,6 +363,17 @@ int worker_dispatch(int fd, const struct sockaddr *sa, socklen_t salen,
     return WORKER_OK;
 }
 
+void worker_pool_wake_acks(void)
+{
+    pthread_mutex_lock(&pool_lock);
+    for (size_t i = 0; i < nworkers; i++) {
+        if (workers[i].started && conn_env_ack_kick(&workers[i].env)) {
+            wake(&workers[i], 'a');
+        }
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
 void worker_pool_stop(void)
 {
     if (workers == NULL) {
@@ -373,12 +394,14 @@ void worker_pool_stop(void)
             conn_env_destroy(&workers[i].env);
         }
     }
+    pthread_mutex_lock(&pool_lock);
     for (size_t i = 0; i < nworkers; i++) {
         worker_fini(&workers[i]);
     }
     free(workers);
     workers = NULL;
     nworkers = 0;
+    pthread_mutex_unlock(&pool_lock);
 }
 
 size_t worker_count(void)

@@ -62,6 +62,12 @@ int worker_dispatch(int fd, const struct sockaddr *sa, socklen_t salen,
  */
 void worker_pool_stop(void);
 
+/*
+ * Peers confirmed writes (any thread): wakes each worker that has
+ * connections waiting for a confirmation (conn_env_ack_kick).
+ */
+void worker_pool_wake_acks(void);
+
 /* Number of workers; their counters (for stats). */
 size_t worker_count(void);
 stats_thread *worker_stats(size_t i);

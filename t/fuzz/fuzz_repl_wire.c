@@ -128,6 +128,27 @@ static void parse_bodies(const uint8_t *p, size_t len, uint8_t *scratch,
         same_bytes(p, scratch, REPL_WIRE_MUT_HEADER + REPL_WIRE_MUT_POS,
                    REPL_WIRE_MUT_HEADER + REPL_WIRE_MUT_POS);
     }
+    uint64_t ticket;
+    rc = repl_wire_get_mutations_ticket(p, len, &ticket);
+    if ((rc == REPL_WIRE_OK) !=
+        (len >= REPL_WIRE_MUT_HEADER && (p[0] & REPL_MUT_ACK) != 0 &&
+         len >= repl_wire_mutations_records_at(p[0]))) {
+        abort();
+    }
+    if (rc == REPL_WIRE_OK) {
+        size_t at = repl_wire_mutations_records_at(p[0]);
+        memcpy(scratch, p, at);
+        repl_wire_put_mutations_ticket(scratch, ticket);
+        same_bytes(p, scratch, at, at);
+    }
+    rc = repl_wire_get_push_ack(p, len, &ticket);
+    if ((rc == REPL_WIRE_OK) != (len == REPL_WIRE_PUSH_ACK)) {
+        abort();
+    }
+    if (rc == REPL_WIRE_OK) {
+        size_t w = repl_wire_put_push_ack(scratch, ticket);
+        same_bytes(p, scratch, REPL_WIRE_PUSH_ACK, w);
+    }
     uint64_t own;
     rc = repl_wire_get_resume(p, len, &run, &seq, &own);
     if ((rc == REPL_WIRE_OK) != (len == REPL_WIRE_RESUME)) {

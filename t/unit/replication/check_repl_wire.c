@@ -270,6 +270,60 @@ START_TEST(test_push_position)
 }
 END_TEST
 
+/* A push whose receiver is to confirm it: the ticket after the position
+ * (or right after the header), and PUSH_ACK carrying it back. */
+START_TEST(test_push_ticket)
+{
+    uint8_t buf[64];
+    uint8_t flags;
+    uint32_t count;
+    uint64_t run, seq, ticket;
+    const uint8_t both = REPL_MUT_PUSH | REPL_MUT_SEQ | REPL_MUT_ACK;
+
+    ck_assert_uint_eq(repl_wire_mutations_records_at(both),
+                      REPL_WIRE_MUT_HEADER + REPL_WIRE_MUT_POS +
+                          REPL_WIRE_MUT_TICKET);
+    repl_wire_put_mutations_head(buf, both, 3);
+    repl_wire_put_mutations_pos(buf, 77, 4242);
+    repl_wire_put_mutations_ticket(buf, 0x0102030405060708ULL);
+    ck_assert_int_eq(repl_wire_get_mutations_head(buf, 29, &flags, &count),
+                     REPL_WIRE_OK);
+    ck_assert_int_eq(repl_wire_get_mutations_pos(buf, 29, &run, &seq),
+                     REPL_WIRE_OK);
+    ck_assert_uint_eq(seq, 4242);
+    ck_assert_int_eq(repl_wire_get_mutations_ticket(buf, 29, &ticket),
+                     REPL_WIRE_OK);
+    ck_assert_uint_eq(ticket, 0x0102030405060708ULL);
+    ck_assert_uint_eq(buf[21], 0x08); /* little-endian, after the position */
+    /* Cut inside the ticket: no head, no ticket. */
+    ck_assert_int_eq(repl_wire_get_mutations_head(buf, 28, &flags, &count),
+                     REPL_WIRE_ERR_FORMAT);
+    ck_assert_int_eq(repl_wire_get_mutations_ticket(buf, 28, &ticket),
+                     REPL_WIRE_ERR_FORMAT);
+    /* Without a position, the ticket follows the header. */
+    repl_wire_put_mutations_head(buf, REPL_MUT_PUSH | REPL_MUT_ACK, 1);
+    repl_wire_put_mutations_ticket(buf, 9);
+    ck_assert_int_eq(repl_wire_get_mutations_ticket(buf, 13, &ticket),
+                     REPL_WIRE_OK);
+    ck_assert_uint_eq(ticket, 9);
+    ck_assert_uint_eq(buf[REPL_WIRE_MUT_HEADER], 9);
+    /* Not flagged: none. */
+    repl_wire_put_mutations_head(buf, REPL_MUT_PUSH | REPL_MUT_SEQ, 1);
+    ck_assert_int_eq(repl_wire_get_mutations_ticket(buf, 29, &ticket),
+                     REPL_WIRE_ERR_FORMAT);
+
+    ck_assert_uint_eq(repl_wire_put_push_ack(buf, 123456789),
+                      REPL_WIRE_PUSH_ACK);
+    ck_assert_int_eq(repl_wire_get_push_ack(buf, REPL_WIRE_PUSH_ACK, &ticket),
+                     REPL_WIRE_OK);
+    ck_assert_uint_eq(ticket, 123456789);
+    ck_assert_int_eq(repl_wire_get_push_ack(buf, 7, &ticket),
+                     REPL_WIRE_ERR_FORMAT);
+    ck_assert_int_eq(repl_wire_get_push_ack(buf, 9, &ticket),
+                     REPL_WIRE_ERR_FORMAT);
+}
+END_TEST
+
 /* PSUMS_REQ and PSUMS: the exact bytes, and every malformed head refused. */
 START_TEST(test_psums_messages)
 {
@@ -450,6 +504,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_bounds_before_buffering);
     tcase_add_test(tc, test_mutation_records);
     tcase_add_test(tc, test_push_position);
+    tcase_add_test(tc, test_push_ticket);
     tcase_add_test(tc, test_psums_messages);
     suite_add_tcase(s, tc);
     return s;
