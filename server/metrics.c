@@ -164,6 +164,10 @@ static const struct simple general[] = {
     {"rusage_system", "memcached_process_system_cpu_seconds_total", "counter",
      "System CPU seconds of the process."},
     {"threads", "memcached_threads", "gauge", "Worker threads."},
+    {"repl_ack_waits", "ribltcache_ack_waits_total", "counter",
+     "Replies held until a peer held their writes (repl_ack_wait_ms)."},
+    {"repl_ack_failures", "ribltcache_ack_failures_total", "counter",
+     "Connections closed unanswered: no peer confirmed their writes."},
 };
 
 /* memcached_commands_total{command,status}: the exporter's mapping. */
@@ -274,6 +278,8 @@ static void write_replication(struct evbuffer *out, const struct listing *r)
          "repair, up to 16 once they find nothing."},
         {"push_queue_dropped", "ribltcache_push_queue_dropped_total",
          "counter", "Fresh writes not pushed: the queue was full."},
+        {"push_acks", "ribltcache_push_acks_total", "counter",
+         "Peers' confirmations that they applied pushed writes."},
         {"bad_frames", "ribltcache_peer_bad_frames_total", "counter",
          "Peer frames refused as malformed."},
         {"auth_failures", "ribltcache_peer_auth_failures_total", "counter",

@@ -66,6 +66,20 @@ def free_ports(n):
     return sorted(ports)
 
 
+def retry_on_taken_port(fn, tries=3):
+    """Runs fn() again (at most `tries` times in all) when a node did not
+    start because a port picked by free_ports was taken meanwhile, as a
+    test that fixes its ports (proxies in front of them) cannot pick
+    others inside Cluster.start."""
+    for attempt in range(tries):
+        try:
+            return fn()
+        except RuntimeError as e:
+            if "Address already in use" not in str(e) or \
+                    attempt == tries - 1:
+                raise
+
+
 def read_to_mn(s):
     """Reads a connection's replies up to and including the `MN` that an
     `mn` sent after the requests answers with; returns them."""

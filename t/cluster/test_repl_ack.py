@@ -18,6 +18,7 @@ import struct
 import subprocess
 import time
 import unittest
+import urllib.request
 
 import cluster
 import harness
@@ -100,6 +101,15 @@ class ReplAck(unittest.TestCase):
             plain.wait_connected()
             held_plain, ms_plain = immediate_reads(plain, b"p")
         cl = Cluster(2, extra={"repl_ack_wait_ms": 2000})
+        mport = free_ports(1)[0]
+        settings = cl.settings
+
+        def with_metrics(i, client_ports, peer_ports):
+            s = settings(i, client_ports, peer_ports)
+            if i == 0:
+                s["metrics_port"] = mport
+            return s
+        cl.settings = with_metrics
         with cl:
             cl.wait_connected()
             held, ms = immediate_reads(cl, b"a")
@@ -144,7 +154,18 @@ class ReplAck(unittest.TestCase):
             st = cl[0].stats()
             self.assertGreaterEqual(int(st["repl_ack_waits"]), 1)
             self.assertEqual(int(st["repl_ack_failures"]), 0)
-            self.assertGreater(int(cl[0].repl_stats()["push_acks"]), 0)
+            acks = int(cl[0].repl_stats()["push_acks"])
+            self.assertGreater(acks, 0)
+            with urllib.request.urlopen(
+                    "http://127.0.0.1:%d/metrics" % mport, timeout=10) as u:
+                text = u.read().decode()
+            m = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                     if line and not line.startswith("#"))
+            self.assertEqual(m["ribltcache_ack_waits_total"],
+                             st["repl_ack_waits"])
+            self.assertEqual(m["ribltcache_ack_failures_total"], "0")
+            self.assertGreaterEqual(int(m["ribltcache_push_acks_total"]),
+                                    acks)
 
     def test_unconfirmed_write_is_not_answered(self):
         cl = Cluster(2, extra={"repl_ack_wait_ms": 300})

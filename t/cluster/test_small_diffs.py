@@ -54,6 +54,10 @@ def cost(st):
 
 
 def one_run(diff, per_node=None):
+    return cluster.retry_on_taken_port(lambda: run_once(diff, per_node))
+
+
+def run_once(diff, per_node):
     ports = free_ports(4)
     cp, pp = ports[:2], ports[2:]
     proxies = [CuttableProxy(p) for p in pp]
