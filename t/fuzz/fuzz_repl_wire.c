@@ -123,7 +123,10 @@ static void parse_bodies(const uint8_t *p, size_t len, uint8_t *scratch,
         abort();
     }
     if (rc == REPL_WIRE_OK) {
-        repl_wire_put_mutations_head(scratch, p[0], count);
+        /* The header as it came: with REPL_MUT_ACK a position may fit
+         * where the whole head (its ticket too) does not, and count was
+         * not read. */
+        memcpy(scratch, p, REPL_WIRE_MUT_HEADER);
         repl_wire_put_mutations_pos(scratch, run, seq);
         same_bytes(p, scratch, REPL_WIRE_MUT_HEADER + REPL_WIRE_MUT_POS,
                    REPL_WIRE_MUT_HEADER + REPL_WIRE_MUT_POS);
