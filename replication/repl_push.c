@@ -10,8 +10,13 @@
  * whose link comes back is sent the writes it missed, from where it says
  * it stopped (resume, below), instead of a round looking for them.
  *
+ * With acknowledgements (repl_ack_wait_ms), every queued write also gets
+ * a ticket, and pushes ask their receivers to confirm them (below).
+ *
  * Threading: repl_on_change runs on client worker threads; it touches
- * only the push queue, under qlock, and changed_ns, with relaxed atomics.
+ * only the push queue and q_enq, under qlock, changed_ns, with relaxed
+ * atomics, and its thread's own ticket. repl_ticket_take runs there too;
+ * repl_ticket_held on any thread reads the confirmations (atomics).
  * Everything else here runs on the replication thread.
  */
 #include "repl_int.h"

@@ -41,7 +41,10 @@ const char *repl_wire_strerror(int rc);
 /* 3: mutation records leave out what the receiver derives (id, fresh
  * cas); 4: pushes carry their place in the sender's push log, and RESUME;
  * 5: power sums (PSUMS_REQ, PSUMS); peers of another version are refused
- * at the handshake. */
+ * at the handshake. REPL_MUT_ACK and PUSH_ACK came within version 5: only
+ * a node with repl_ack_wait_ms sends them, and an older receiver refuses
+ * such a frame as malformed (closing the link), so that setting wants
+ * every node at this release. */
 #define REPL_WIRE_VERSION 5
 #define REPL_WIRE_HEADER 16
 #define REPL_WIRE_TAG 32
