@@ -303,6 +303,17 @@ class Cluster:
     def __exit__(self, *exc):
         self.close()
 
+    def set_on_node(self, i, name, value):
+        """Adds a setting to node i's config only (call before start)."""
+        settings = self.settings
+
+        def patched(j, client_ports, peer_ports):
+            s = settings(j, client_ports, peer_ports)
+            if j == i:
+                s[name] = value
+            return s
+        self.settings = patched
+
     def __getitem__(self, i):
         return self.nodes[i]
 

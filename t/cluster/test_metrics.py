@@ -47,14 +47,7 @@ class Metrics(unittest.TestCase):
                         "(contrib/install-deps installs it)")
         mport, pport = free_ports(2)
         cl = Cluster(2)
-        settings = cl.settings
-
-        def patched(i, client_ports, peer_ports):
-            s = settings(i, client_ports, peer_ports)
-            if i == 0:
-                s["metrics_port"] = mport
-            return s
-        cl.settings = patched
+        cl.set_on_node(0, "metrics_port", mport)
         with cl:
             self.assertTrue(cl.wait_connected(), cl.logs())
             pipelined_sets(cl[0].port, [b"m:%03d" % i for i in range(KEYS)],

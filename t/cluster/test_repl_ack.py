@@ -108,14 +108,7 @@ class ReplAck(unittest.TestCase):
             held_plain, ms_plain = immediate_reads(plain, b"p")
         cl = Cluster(2, extra={"repl_ack_wait_ms": 2000})
         mport = free_ports(1)[0]
-        settings = cl.settings
-
-        def with_metrics(i, client_ports, peer_ports):
-            s = settings(i, client_ports, peer_ports)
-            if i == 0:
-                s["metrics_port"] = mport
-            return s
-        cl.settings = with_metrics
+        cl.set_on_node(0, "metrics_port", mport)
         with cl:
             cl.wait_connected()
             held, ms = immediate_reads(cl, b"a")
