@@ -127,6 +127,51 @@ START_TEST(test_fast_walks_equal_portable)
 END_TEST
 
 /*
+ * Walks of many steps (a sketch of 2^20 symbols: about 28 steps an id on
+ * average, some past 40) give the encoder's prefix too, by single walks
+ * and by interleaved ones (replace): the walks gather far cells in
+ * batches, and these cross a batch's end.
+ */
+START_TEST(test_long_walks_equal_encoder_prefix)
+{
+    enum { S = 1 << 20, N = 400 };
+    uint64_t seed = 5;
+    riblt_sketch *sk = riblt_sketch_create(S);
+    riblt_encoder *enc = riblt_encoder_create(N);
+    ck_assert_ptr_nonnull(sk);
+    uint32_t longest = 0;
+    for (int i = 0; i < N; i++) {
+        riblt_id id = tu_id(&seed);
+        riblt_tail t;
+        if (i % 2 == 0) {
+            riblt_sketch_add_tail(sk, &id, riblt_hash(&id), &t);
+        } else {
+            /* In through a replace of a passing id, out again. */
+            riblt_id passing = tu_id(&seed);
+            riblt_sketch_add(sk, &passing);
+            riblt_sketch_replace_tail(sk, &passing, riblt_hash(&passing), &id,
+                                      riblt_hash(&id), &t);
+        }
+        if (t.steps > longest)
+            longest = t.steps;
+        riblt_encoder_add(enc, &id);
+    }
+    /* The run had walks longer than any batch the walks use (32). */
+    ck_assert_uint_gt(longest, 32);
+    riblt_symbol *prefix = malloc((size_t)S * sizeof(*prefix));
+    ck_assert_ptr_nonnull(prefix);
+    ck_assert_int_eq(riblt_encoder_produce(enc, prefix, S), RIBLT_OK);
+    ck_assert_int_eq(
+        memcmp(prefix, riblt_sketch_cells(sk), (size_t)S * sizeof(*prefix)),
+        0);
+    ck_assert_int_eq(riblt_sketch_count(sk), N);
+    free(prefix);
+    riblt_sketch_destroy(sk);
+    riblt_encoder_destroy(enc);
+}
+END_TEST
+
+/*
  * An encoder started from the tails a sketch recorded continues the
  * stream exactly where the sketch ends, and from 0 it restarts correctly.
  */
@@ -274,6 +319,7 @@ static Suite *sketch_suite(void)
     tcase_add_test(tc, test_add_then_remove_is_zero);
     tcase_add_test(tc, test_replace_equals_remove_then_add);
     tcase_add_test(tc, test_fast_walks_equal_portable);
+    tcase_add_test(tc, test_long_walks_equal_encoder_prefix);
     tcase_add_test(tc, test_tails_continue_the_stream);
     tcase_add_test(tc, test_subtract_decodes_difference);
     tcase_add_test(tc, test_too_short_sketch);
