@@ -273,18 +273,20 @@ size_t repl_send_records(struct conn *c, const riblt_id *ids, size_t n,
  * Applies the records of a MUTATIONS payload through store_apply. When
  * wanted is non-NULL, records whose id is not in it (sorted) are refused.
  * Returns the number of records, or -1 when the payload is malformed.
- * (old_applied: see repl_int.h.)
+ * (old_applied, refused: see repl_int.h.)
  */
 int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
                        const riblt_id *wanted, size_t nwanted,
-                       uint64_t snap_ticks, uint64_t *old_applied)
+                       uint64_t snap_ticks, uint64_t *old_applied,
+                       uint32_t *refused)
 {
     uint8_t flags;
     uint32_t count;
     if (repl_wire_get_mutations_head(p, len, &flags, &count) != REPL_WIRE_OK)
         return -1;
     size_t off = repl_wire_mutations_records_at(flags);
-    r->apply_refused = 0;
+    if (refused)
+        *refused = 0;
     for (uint32_t i = 0; i < count; i++) {
         store_mutation m;
         long n =
@@ -331,7 +333,8 @@ int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
             PST_ADD(&r->st, stale, 1);
         else {
             PST_ADD(&r->st, rejected_records, 1);
-            r->apply_refused++;
+            if (refused)
+                (*refused)++;
         }
     }
     return off == len ? (int)count : -1;

@@ -409,8 +409,6 @@ struct repl {
      * ticket it said it applied and the newest one not sent to it on its
      * current link (atomics: client threads read them). */
     uint64_t q_enq, q_deq;
-    /* records the store refused in the last repl_apply_records */
-    uint32_t apply_refused;
     struct ack_slot {
         uint64_t acked, gap;
     } acks[PEER_MAX];
@@ -505,10 +503,12 @@ size_t repl_send_records(struct conn *c, const riblt_id *ids, size_t n,
                          uint8_t flags, uint8_t final_flags);
 /* old_applied, when not NULL, counts the records applied (not stale)
  * older than the writes in flight of a round whose snapshot was read at
- * snap_ticks (repl_round_old). */
+ * snap_ticks (repl_round_old); refused, when not NULL, is set to the
+ * number of records the store refused (neither applied nor stale). */
 int repl_apply_records(struct repl *r, const uint8_t *p, size_t len,
                        const riblt_id *wanted, size_t nwanted,
-                       uint64_t snap_ticks, uint64_t *old_applied);
+                       uint64_t snap_ticks, uint64_t *old_applied,
+                       uint32_t *refused);
 /* The peer listener's callback (evconnlistener_cb). */
 void repl_on_accept(struct evconnlistener *lis, evutil_socket_t fd,
                     struct sockaddr *sa, int socklen, void *arg);

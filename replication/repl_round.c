@@ -516,9 +516,9 @@ static int on_mutations(struct repl *r, struct peer *p, const uint8_t *q,
         return -1;
     /* A fetched write applied here that is older than the writes in
      * flight was missing: a repair. */
-    int n = rd->bulk ? repl_apply_records(r, q, len, NULL, 0, 0, NULL)
+    int n = rd->bulk ? repl_apply_records(r, q, len, NULL, 0, 0, NULL, NULL)
                      : repl_apply_records(r, q, len, rd->wanted, rd->nwanted,
-                                          rd->snap_ticks, &rd->repaired);
+                                          rd->snap_ticks, &rd->repaired, NULL);
     if (n < 0)
         return -1;
     PST_ADD(&p->st, mutations_fetched, n);

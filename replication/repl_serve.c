@@ -301,8 +301,9 @@ int repl_serve(struct conn *c, const repl_frame *f)
         return f->length == 0 ? serve_bulk(c) : -1;
     case REPL_MSG_MUTATIONS: {
         uint64_t run, seq, ticket;
-        int n =
-            repl_apply_records(c->r, f->payload, f->length, NULL, 0, 0, NULL);
+        uint32_t refused = 0;
+        int n = repl_apply_records(c->r, f->payload, f->length, NULL, 0, 0,
+                                   NULL, &refused);
         if (n < 0)
             return -1;
         /* An eager push: remember how far this peer's pushes reached. */
@@ -314,7 +315,7 @@ int repl_serve(struct conn *c, const repl_frame *f)
          * or in another peer's confirmation). */
         if (repl_wire_get_mutations_ticket(f->payload, f->length, &ticket) ==
                 REPL_WIRE_OK &&
-            c->r->apply_refused == 0) {
+            refused == 0) {
             uint8_t *q = repl_payload_area(c->r);
             return repl_conn_send(c, REPL_MSG_PUSH_ACK,
                                   (uint32_t)repl_wire_put_push_ack(q, ticket));
