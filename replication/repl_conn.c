@@ -364,6 +364,7 @@ static void conn_ready(void *arg, repl_link *l)
         p->link_seq = r->log.head;
         p->lag_from = 0;
         repl_ack_link_up(r, p);
+        repl_push_peer_up(r);
         if (was_down)
             LOG(LOG_LEVEL_WARN, "repl", "peer %s (node %u) up after %.1f s",
                 p->name, (unsigned)repl_link_peer_id(l),

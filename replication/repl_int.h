@@ -377,6 +377,7 @@ struct repl {
     struct event *push_timer;
     struct event *redial; /* the next redial of a peer whose link is down */
     bool push_armed;
+    bool push_idle; /* the armed window is an idle one (arm_window) */
     uint64_t last_push_ns;
     size_t last_push_n;
     /* rounds this node starts: one every 2^round_backoff ticks */
@@ -569,6 +570,8 @@ void repl_on_wake(evutil_socket_t fd, short what, void *arg);
 void repl_on_push_timer(evutil_socket_t fd, short what, void *arg);
 void repl_push_tick(struct repl *r);
 void repl_push_catch_up(struct repl *r, struct peer *p);
+/* A peer's link is ready: an idle push window gives way to a short one. */
+void repl_push_peer_up(struct repl *r);
 /* The push log: set up (false without memory) and freed. */
 bool repl_pushlog_init(struct repl *r);
 void repl_pushlog_free(struct repl *r);

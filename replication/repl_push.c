@@ -33,6 +33,9 @@
  * batch is not waited for again. */
 #define PUSH_BATCH 512
 
+/* With no peer ready, a window is this many push windows (arm_window). */
+#define PUSH_IDLE_WINDOWS 16
+
 /* ========================================================== eager push */
 
 /* The newest ticket the calling client thread's writes got since its last
@@ -461,6 +464,32 @@ static void push_drain(struct repl *r, bool chase)
     r->last_push_n = total;
 }
 
+static bool any_ready(const struct repl *r)
+{
+    for (int i = 0; i < r->npeers; i++)
+        if (repl_peer_ready(&r->peers[i]))
+            return true;
+    return false;
+}
+
+/*
+ * With no peer ready (all down, or none yet), a drain only moves the
+ * queue into the push log, for the peers' resume: the window is then
+ * PUSH_IDLE_WINDOWS long, so that a node cut off from its peers does not
+ * wake a thousand times a second to send nothing. The first peer whose
+ * link comes up shortens it again (repl_push_peer_up).
+ */
+static bool add_window(struct repl *r, bool idle)
+{
+    uint64_t us =
+        (uint64_t)r->o.push_delay_us * (idle ? PUSH_IDLE_WINDOWS : 1);
+    struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
+    if (evtimer_add(r->push_timer, &tv) != 0)
+        return false;
+    r->push_idle = idle;
+    return true;
+}
+
 /*
  * The first write queued after an empty queue wakes this thread. Under a
  * steady stream of writes (the last drain was less than two windows ago
@@ -482,14 +511,19 @@ static bool arm_window(struct repl *r)
      * had no stream to wait for. */
     if (r->o.acks && r->last_push_n < 2)
         return false;
-    struct timeval tv = {0, (suseconds_t)r->o.push_delay_us};
-    if (evtimer_add(r->push_timer, &tv) != 0)
+    if (!add_window(r, !any_ready(r)))
         return false;
     r->push_armed = true;
     pthread_mutex_lock(&r->qlock);
     r->q_timed = true;
     pthread_mutex_unlock(&r->qlock);
     return true;
+}
+
+void repl_push_peer_up(struct repl *r)
+{
+    if (r->push_armed && r->push_idle)
+        (void)add_window(r, false); /* on failure the idle one stands */
 }
 
 void repl_on_wake(evutil_socket_t fd, short what, void *arg)

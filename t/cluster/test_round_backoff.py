@@ -12,8 +12,15 @@ them back.
 - A burst too big for a tiny push queue (repl_push_queue 64) drops
   pushes (`push_queue_dropped`); rounds that follow repair them (rounds
   that are not idle), and the nodes converge.
+- Push windows back off too when no peer is ready: under the same steady
+  stream, node 1's replication thread wakes at most a third as often
+  (context switches of its thread, from /proc) once node 2 is gone as
+  while node 2 took the pushes; once node 2 is back, the writes made
+  meanwhile reach it.
 Counts are printed."""
 
+import glob
+import os
 import socket
 import time
 import unittest
@@ -29,6 +36,41 @@ SPAN = 3.0
 def rounds(node):
     st = node.repl_stats()
     return repl_sum(st, "rounds"), repl_sum(st, "rounds_idle")
+
+
+def repl_thread_switches(pid):
+    """Context switches of the process's replication thread (rc-repl)."""
+    for task in glob.glob("/proc/%d/task/*" % pid):
+        with open(task + "/comm") as f:
+            if f.read().strip() != "rc-repl":
+                continue
+        total = 0
+        with open(task + "/status") as f:
+            for line in f:
+                if line.startswith(("voluntary_ctxt_switches",
+                                    "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+        return total
+    raise AssertionError("no rc-repl thread in %d" % pid)
+
+
+def steady_stream(port, prefix, seconds):
+    """100 writes every 5 ms at most for `seconds`: bounded in count and
+    in time. Returns the number written."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        end = time.monotonic() + seconds
+        sent = 0
+        while time.monotonic() < end and sent < 200000:
+            s.sendall(b"".join(b"set %s:%06d 0 0 1 noreply\r\nv\r\n"
+                               % (prefix, sent + i) for i in range(100)))
+            sent += 100
+            time.sleep(0.005)
+        s.sendall(b"mn\r\n")
+        cluster.read_to_mn(s)
+        return sent
+    finally:
+        s.close()
 
 
 def most_rounds():
@@ -111,6 +153,34 @@ class RoundBackoff(unittest.TestCase):
         print("\n%d pushes dropped; %d rounds repaired them" %
               (dropped, repaired), flush=True)
         self.assertGreaterEqual(repaired, 1)
+
+    def test_push_windows_back_off_without_peers(self):
+        cl = self.start()
+        pid = cl[0].proc.pid
+
+        def woken_under_stream(prefix):
+            w0 = repl_thread_switches(pid)
+            t0 = time.monotonic()
+            sent = steady_stream(cl[0].port, prefix, SPAN / 2)
+            return (repl_thread_switches(pid) - w0) / (
+                time.monotonic() - t0), sent
+
+        live, sent_live = woken_under_stream(b"live")
+        cl[1].sigkill()
+        self.assertTrue(wait_until(lambda: any(
+            k.endswith(":state") and v != "up"
+            for k, v in cl[0].repl_stats().items()), 10), cl.logs())
+        alone, sent_alone = woken_under_stream(b"alone")
+        print("\nnode1's replication thread: %.0f wake-ups/s pushing %d "
+              "writes to node 2, %.0f/s with node 2 gone (%d writes)"
+              % (live, sent_live, alone, sent_alone), flush=True)
+        self.assertGreater(live, 0)
+        self.assertLessEqual(alone, live / 3)
+        # The writes made while node 2 was gone reach it once it is back.
+        cl[1].start()
+        keys = [b"alone:%06d" % i for i in range(sent_alone)]
+        self.assertTrue(wait_until(lambda: count_present(cl[1].port, keys)
+                                   == sent_alone, 20), cl.logs())
 
 
 if __name__ == "__main__":
