@@ -295,11 +295,13 @@ static void push_frame(struct repl *r, size_t len, uint32_t count,
     }
 }
 
-/* Whether a live push frame would go to any peer (push_frame's test). */
-static bool live_receivers(const struct repl *r)
+/* Whether any peer is ready; with `live`, one that takes live pushes, so
+ * that a live push frame would go to it (push_frame's test). */
+static bool any_ready(const struct repl *r, bool live)
 {
     for (int i = 0; i < r->npeers; i++)
-        if (repl_peer_ready(&r->peers[i]) && r->peers[i].lag_from == 0)
+        if (repl_peer_ready(&r->peers[i]) &&
+            (!live || r->peers[i].lag_from == 0))
             return true;
     return false;
 }
@@ -317,7 +319,7 @@ static void push_batch(struct repl *r, store_item **batch, size_t n,
 {
     /* With every peer down or fed from the log, a live batch would be
      * encoded for nobody: the log (or the rounds) carries it. */
-    if (!from_log && only == NULL && !live_receivers(r)) {
+    if (!from_log && only == NULL && !any_ready(r, true)) {
         if (ticket0 != 0)
             ack_gap_all(r, ticket0 + n - 1);
         return;
@@ -464,14 +466,6 @@ static void push_drain(struct repl *r, bool chase)
     r->last_push_n = total;
 }
 
-static bool any_ready(const struct repl *r)
-{
-    for (int i = 0; i < r->npeers; i++)
-        if (repl_peer_ready(&r->peers[i]))
-            return true;
-    return false;
-}
-
 /*
  * With no peer ready (all down, or none yet), a drain only moves the
  * queue into the push log, for the peers' resume: the window is then
@@ -511,7 +505,7 @@ static bool arm_window(struct repl *r)
      * had no stream to wait for. */
     if (r->o.acks && r->last_push_n < 2)
         return false;
-    if (!add_window(r, !any_ready(r)))
+    if (!add_window(r, !any_ready(r, false)))
         return false;
     r->push_armed = true;
     pthread_mutex_lock(&r->qlock);
