@@ -20,7 +20,6 @@ them back.
 Counts are printed."""
 
 import glob
-import os
 import socket
 import time
 import unittest
@@ -114,19 +113,8 @@ class RoundBackoff(unittest.TestCase):
 
     def test_rounds_back_off_under_steady_writes(self):
         cl = self.start()
-        s = socket.create_connection(("127.0.0.1", cl[0].port), timeout=30)
-        self.addCleanup(s.close)
         base = [rounds(n) for n in cl.nodes]
-        end = time.monotonic() + SPAN
-        sent = 0
-        # 100 writes every 5 ms at most: bounded in count and in time.
-        while time.monotonic() < end and sent < 200000:
-            s.sendall(b"".join(b"set steady:%06d 0 0 1 noreply\r\nv\r\n"
-                               % (sent + i) for i in range(100)))
-            sent += 100
-            time.sleep(0.005)
-        s.sendall(b"mn\r\n")
-        cluster.read_to_mn(s)
+        sent = steady_stream(cl[0].port, b"steady", SPAN)
         self.check_backed_off_since(cl, base, "%d writes" % sent)
         keys = [b"steady:%06d" % i for i in range(sent)]
         self.assertTrue(wait_until(lambda: count_present(cl[1].port, keys)
