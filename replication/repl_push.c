@@ -490,8 +490,8 @@ static bool add_window(struct repl *r, bool idle)
  * and carried few), the push waits one window (push_delay_us) so that the
  * frame carries the writes that arrive meanwhile: one frame, one MAC and
  * one send per peer for many writes instead of one each. After a quiet
- * spell the first write is pushed at once, so a lone write is as fast as
- * without the window.
+ * spell what is queued is pushed at once, so a lone write is as fast as
+ * without the window, and a window is armed behind it (push_now).
  *
  * While writes keep coming, the window's timer re-arms itself after each
  * drain and q_timed tells the writers so: they queue without waking this
@@ -520,6 +520,27 @@ void repl_push_peer_up(struct repl *r)
         (void)add_window(r, false); /* on failure the idle one stands */
 }
 
+/*
+ * Sends what is queued at once, and arms a window behind it for the writes
+ * that arrive meanwhile: a burst after a quiet spell has its first writes
+ * sent at once and the rest in windows. Chasing the queue instead left
+ * this thread unarmed once it caught up, so the rest of the burst woke it
+ * again (an eventfd write from a client thread, a wake-up here) before a
+ * window took over; and where sends are slow (a loaded machine) it sent a
+ * frame to every peer for each write or two that arrived during the
+ * previous send. Without a window to arm (push_delay_us 0, a drain that
+ * filled a batch, or with acknowledgements after a lone write:
+ * arm_window), the queue is chased until empty, as before.
+ */
+static void push_now(struct repl *r)
+{
+    push_drain(r, false);
+    if (r->o.push_delay_us > 0 && r->last_push_n > 0 &&
+        r->last_push_n < PUSH_BATCH && arm_window(r))
+        return;
+    push_drain(r, true);
+}
+
 void repl_on_wake(evutil_socket_t fd, short what, void *arg)
 {
     struct repl *r = arg;
@@ -534,7 +555,7 @@ void repl_on_wake(evutil_socket_t fd, short what, void *arg)
     if (window > 0 && now - r->last_push_ns < 2 * window &&
         r->last_push_n < PUSH_BATCH && arm_window(r))
         return;
-    push_drain(r, true);
+    push_now(r);
 }
 
 void repl_on_push_timer(evutil_socket_t fd, short what, void *arg)
@@ -554,7 +575,7 @@ void repl_on_push_timer(evutil_socket_t fd, short what, void *arg)
     bool left = r->qlen > 0;
     pthread_mutex_unlock(&r->qlock);
     if (left)
-        push_drain(r, true);
+        push_now(r);
 }
 
 /*
