@@ -520,6 +520,14 @@ void repl_push_peer_up(struct repl *r)
         (void)add_window(r, false); /* on failure the idle one stands */
 }
 
+/* After a drain that carried writes but not a full batch (a full one is
+ * not waited for again), the stream is taken to go on: arms the next
+ * window. */
+static bool window_after_drain(struct repl *r)
+{
+    return r->last_push_n > 0 && r->last_push_n < PUSH_BATCH && arm_window(r);
+}
+
 /*
  * Sends what is queued at once, and arms a window behind it for the writes
  * that arrive meanwhile: a burst after a quiet spell has its first writes
@@ -534,11 +542,13 @@ void repl_push_peer_up(struct repl *r)
  */
 static void push_now(struct repl *r)
 {
-    push_drain(r, false);
-    if (r->o.push_delay_us > 0 && r->last_push_n > 0 &&
-        r->last_push_n < PUSH_BATCH && arm_window(r))
+    if (r->o.push_delay_us == 0) {
+        push_drain(r, true); /* no window: one drain, not two */
         return;
-    push_drain(r, true);
+    }
+    push_drain(r, false);
+    if (!window_after_drain(r))
+        push_drain(r, true);
 }
 
 void repl_on_wake(evutil_socket_t fd, short what, void *arg)
@@ -565,7 +575,7 @@ void repl_on_push_timer(evutil_socket_t fd, short what, void *arg)
     (void)what;
     r->push_armed = false;
     push_drain(r, false);
-    if (r->last_push_n > 0 && r->last_push_n < PUSH_BATCH && arm_window(r))
+    if (window_after_drain(r))
         return;
     /* The stream paused (or a window filled): writers wake this thread
      * again. A write queued before the flag went down has not woken it,
