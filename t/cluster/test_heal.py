@@ -55,7 +55,13 @@ class Heal(unittest.TestCase):
         self.heal_with({"repl_backlog_kb": "256"}, resumed=False)
 
     def heal_with(self, extra, resumed):
+        # The ports are fixed (proxies stand in front of them), so a port
+        # taken meanwhile, by a proxy's own listener among others, is
+        # retried here with new ones.
         self.resumed = resumed
+        cluster.retry_on_taken_port(lambda: self.heal_once_with(extra))
+
+    def heal_once_with(self, extra):
         ports = free_ports(6)
         client_ports, peer_ports = ports[:3], ports[3:]
         to_node = [CuttableProxy(p) for p in peer_ports]
