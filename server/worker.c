@@ -191,7 +191,9 @@ static void worker_loop(worker *w)
         if (worker_nap_next(&wn, inputs, piped)) {
             STATS_INCR(&w->stats, worker_naps);
             nanosleep(&nap, NULL);
-            flags = EVLOOP_NONBLOCK;
+            /* One pass over what the nap gathered: NONBLOCK alone
+             * would go on dispatching while clients keep up. */
+            flags = EVLOOP_ONCE | EVLOOP_NONBLOCK;
         }
     }
 }

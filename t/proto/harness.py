@@ -265,13 +265,6 @@ def thread_names(pid):
     return [c.strip() for c in task_files(pid, "comm")]
 
 
-def cpu_wait_s(pid):
-    """Seconds the threads of process pid have waited for a CPU so far
-    (schedstat's second field)."""
-    return sum(int(st.split()[1]) for st in task_files(pid, "schedstat")
-               if len(st.split()) > 1) / 1e9
-
-
 def sanitized():
     """True for an AddressSanitizer build (CI runs both kinds); False when
     the binary cannot be read."""

@@ -234,7 +234,6 @@ class WorkerNaps(unittest.TestCase):
     several connections (server/README.md, worker_loop in worker.c)."""
 
     ROUNDS = 60
-    QUIET_WAIT_S = 0.010
 
     def rounds(self, srv, conns, per_conn):
         """ROUNDS times: `per_conn` gets sent at once on each of `conns`
@@ -271,38 +270,19 @@ class WorkerNaps(unittest.TestCase):
             # Eight connections pipelining: the first read of a round that
             # brings several starts a nap, and the pass after it finds the
             # other connections' batches: about a nap a round.
-            waited = harness.cpu_wait_s(srv.proc.pid)
             several = self.rounds(srv, 8, 20)
-            waited = harness.cpu_wait_s(srv.proc.pid) - waited
             # A lone connection pipelining: its naps find only itself, so
             # they become one chance in sixteen, once the average of what
             # naps found has come down from the busy rounds.
             self.rounds(srv, 1, 20)
             lone = self.rounds(srv, 1, 20)
-            # Whatever the machine's load: every round has a read that
-            # brings several requests, and even while the average is low
-            # one in sixteen of them naps; a lone connection's naps stay
-            # rare.
-            self.assertGreaterEqual(several, self.ROUNDS // 16)
-            self.assertLessEqual(lone, self.ROUNDS // 4)
-            # On a busy machine the worker often runs only after all eight
-            # batches are in, its nap finds nothing and the rule falls back
-            # to one chance in sixteen: with three busy loops on two cores
-            # the server waited 32-45 ms for a CPU over the eight
-            # connections' rounds and napped 15-23 times; on a quiet one it
-            # waited under 8 ms and napped 51-65 times. A sanitizer build
-            # is several times slower per request, so its naps, timed for
-            # the plain one, find less: the floor only there too.
-            if waited < self.QUIET_WAIT_S and not harness.sanitized():
-                self.assertGreaterEqual(several, self.ROUNDS // 2,
-                                        (several, waited))
-                self.assertLessEqual(lone, self.ROUNDS // 8 + 2)
-            else:
-                print("\nserver waited %.0f ms for a CPU (sanitized: %s): "
-                      "%d naps in %d rounds on eight pipelining "
-                      "connections, checked against the floor only"
-                      % (waited * 1e3, harness.sanitized(), several,
-                         self.ROUNDS), flush=True)
+            # The pass after a nap is one pass (EVLOOP_ONCE): what it finds
+            # is what arrived during the nap, so these hold however busy
+            # the machine is. They were 60-62 and 4 on a quiet machine,
+            # with three busy loops on its two cores, and in a sanitizer
+            # build alike.
+            self.assertGreaterEqual(several, self.ROUNDS // 2, several)
+            self.assertLessEqual(lone, self.ROUNDS // 8 + 2, lone)
 
     def test_no_naps_when_turned_off(self):
         with Server(["-t", "1", "-o", "worker_nap_us=0"]) as srv:
