@@ -38,7 +38,9 @@ def rounds(node):
 
 
 def repl_thread_switches(pid):
-    """Context switches of the process's replication thread (rc-repl)."""
+    """Times the process's replication thread (rc-repl) blocked: its
+    voluntary context switches. Preemptions (the involuntary ones) follow
+    the machine's load, not the thread's wake-ups, and are left out."""
     for task in glob.glob("/proc/%d/task/*" % pid):
         with open(task + "/comm") as f:
             if f.read().strip() != "rc-repl":
@@ -46,8 +48,7 @@ def repl_thread_switches(pid):
         total = 0
         with open(task + "/status") as f:
             for line in f:
-                if line.startswith(("voluntary_ctxt_switches",
-                                    "nonvoluntary_ctxt_switches")):
+                if line.startswith("voluntary_ctxt_switches"):
                     total += int(line.split()[1])
         return total
     raise AssertionError("no rc-repl thread in %d" % pid)
@@ -146,12 +147,12 @@ class RoundBackoff(unittest.TestCase):
         cl = self.start()
         pid = cl[0].proc.pid
 
+        # Wake-ups per burst of 100 writes, not per second: a client slowed
+        # by the machine's load sends fewer bursts, in both phases alike.
         def woken_under_stream(prefix):
             w0 = repl_thread_switches(pid)
-            t0 = time.monotonic()
             sent = steady_stream(cl[0].port, prefix, SPAN / 2)
-            return (repl_thread_switches(pid) - w0) / (
-                time.monotonic() - t0), sent
+            return (repl_thread_switches(pid) - w0) * 100 / max(sent, 1), sent
 
         live, sent_live = woken_under_stream(b"live")
         cl[1].sigkill()
@@ -159,8 +160,9 @@ class RoundBackoff(unittest.TestCase):
             k.endswith(":state") and v != "up"
             for k, v in cl[0].repl_stats().items()), 10), cl.logs())
         alone, sent_alone = woken_under_stream(b"alone")
-        print("\nnode1's replication thread: %.0f wake-ups/s pushing %d "
-              "writes to node 2, %.0f/s with node 2 gone (%d writes)"
+        print("\nnode1's replication thread: %.2f wake-ups a burst "
+              "pushing %d writes to node 2, %.2f a burst with node 2 gone "
+              "(%d writes)"
               % (live, sent_live, alone, sent_alone), flush=True)
         self.assertGreater(live, 0)
         self.assertLessEqual(alone, live / 3)
