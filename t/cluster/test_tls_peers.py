@@ -124,39 +124,48 @@ class TlsPeers(unittest.TestCase):
         over an HMAC cluster, the control)."""
         marker = b"clear-text-marker-7f3a9c"
         for tls in (True, False):
-            ports = free_ports(6)
-            proxy = CuttableProxy(ports[4])
-            proxy.captured = bytearray()
-
-            def peers_for(i, peer_ports):
-                addrs = ["127.0.0.1:%d" % p for p in peer_ports]
-                if i == 0:
-                    addrs[1] = "127.0.0.1:%d" % proxy.port
-                return ",".join(addrs)
-            c = (tls_cluster(self.certs, 3, peers_for,
-                             (ports[:3], ports[3:6])) if tls else
-                 Cluster(3, peers_for=peers_for,
-                         ports=(ports[:3], ports[3:6])))
-            try:
-                with c:
-                    self.assertTrue(c.wait_connected(WAIT), c.logs())
-                    cluster.set_prefixed(c[0], b"k", 200, marker)
-                    for node in c.nodes[1:]:
-                        self.assertTrue(
-                            wait_until(lambda: cluster.has_prefixed(node, b"k", 200),
-                                       WAIT), c.logs())
-                    st = c[1].repl_stats()
-                    self.assertEqual(st["auth_failures"], "0")
-                    with proxy.lock:
-                        seen = bytes(proxy.captured)
-            finally:
-                proxy.close()
+            # Ports are fixed (a proxy stands in front of one), and the
+            # proxy's own listener can be given one just picked for a node.
+            seen = cluster.retry_on_taken_port(
+                lambda: self.captured_between_nodes(tls, marker))
             self.assertGreater(len(seen), 200 * len(marker))
             if tls:
                 self.assertNotIn(marker, seen)
                 self.assertNotIn(b"k199", seen)
             else:
                 self.assertIn(marker, seen)
+
+    def captured_between_nodes(self, tls, marker):
+        """200 values with marker set on node 1 of a three-node cluster (TLS
+        or HMAC), once every node has them: the bytes node 1's link to
+        node 2 carried."""
+        ports = free_ports(6)
+        proxy = CuttableProxy(ports[4])
+        proxy.captured = bytearray()
+
+        def peers_for(i, peer_ports):
+            addrs = ["127.0.0.1:%d" % p for p in peer_ports]
+            if i == 0:
+                addrs[1] = "127.0.0.1:%d" % proxy.port
+            return ",".join(addrs)
+        c = (tls_cluster(self.certs, 3, peers_for,
+                         (ports[:3], ports[3:6])) if tls else
+             Cluster(3, peers_for=peers_for,
+                     ports=(ports[:3], ports[3:6])))
+        try:
+            with c:
+                self.assertTrue(c.wait_connected(WAIT), c.logs())
+                cluster.set_prefixed(c[0], b"k", 200, marker)
+                for node in c.nodes[1:]:
+                    self.assertTrue(
+                        wait_until(lambda: cluster.has_prefixed(node, b"k", 200),
+                                   WAIT), c.logs())
+                st = c[1].repl_stats()
+                self.assertEqual(st["auth_failures"], "0")
+                with proxy.lock:
+                    return bytes(proxy.captured)
+        finally:
+            proxy.close()
 
     def refused_node(self, settings, reason_here, reason_there):
         """Three good nodes and a fourth with `settings` in one peer list:
