@@ -231,7 +231,9 @@ class ReplAck(unittest.TestCase):
                        for n in range(WRITERS)]
             for t in threads:
                 t.start()
-            time.sleep(1.0)
+            # Killed once the writers have had a few hundred sets
+            # acknowledged, however slowly the machine serves them.
+            wait_until(lambda: sum(len(a) for a in acked) >= 200, 20)
             cl[0].sigkill()
             stop.set()
             for t in threads:
